@@ -1,0 +1,58 @@
+# Every verb of the suite. `make help` lists them. The first target that needs the virtual
+# environment creates it (.venv) and installs the project into it, so on a fresh machine
+# `make demo` and `make test` are the whole set-up.
+
+SHELL := /bin/bash
+PYTHON ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+STAMP := $(VENV)/.installed
+SCALE ?= cpu
+CLUSTER ?= local
+OUT ?= outputs
+
+.DEFAULT_GOAL := help
+.PHONY: help install test test-unit test-dist test-e2e lint fmt demo smoke clean
+
+help: ## List the targets
+	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
+		awk 'BEGIN {FS = ":.*## "}; {printf "  %-12s %s\n", $$1, $$2}'
+
+$(STAMP): pyproject.toml
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -e '.[dev]'
+	@touch $(STAMP)
+
+install: $(STAMP) ## Create .venv and install the suite with its dev tools (done by the others when needed)
+
+test: $(STAMP) ## The whole test suite (unit, distributed, end-to-end): what CI runs
+	$(PY) -m pytest -q
+
+test-unit: $(STAMP) ## Unit tests only (no process groups)
+	$(PY) -m pytest -q -m "not dist and not e2e"
+
+test-dist: $(STAMP) ## Distributed tests (2-4 gloo processes)
+	$(PY) -m pytest -q -m dist
+
+test-e2e: $(STAMP) ## End-to-end runs of run.py and the analysis
+	$(PY) -m pytest -q -m e2e
+
+lint: $(STAMP) ## ruff lint and format check
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+
+fmt: $(STAMP) ## Format the code with ruff
+	$(VENV)/bin/ruff check --fix .
+	$(VENV)/bin/ruff format .
+
+demo: $(STAMP) ## sync_sgd vs local_sgd (tau 2, 8) on digits, 4 workers; prints the table and figure
+	$(PY) run.py -m experiment=demo scale=$(SCALE) algorithm=sync_sgd out_root=$(OUT)/demo
+	$(PY) run.py -m experiment=demo scale=$(SCALE) algorithm=local_sgd tau=2,8 out_root=$(OUT)/demo
+	$(PY) -m analysis.report $(OUT)/demo/runs --out $(OUT)/demo/report --name demo
+
+smoke: $(STAMP) ## One tiny run on synthetic data with 2 workers (seconds)
+	$(PY) run.py scale=smoke dataset=synthetic wandb.mode=disabled out_root=$(OUT)/smoke
+
+clean: ## Remove run outputs and caches (keeps .venv)
+	rm -rf $(OUT) multirun .pytest_cache .ruff_cache
+	find . -name __pycache__ -not -path './$(VENV)/*' -exec rm -rf {} +

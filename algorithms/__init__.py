@@ -1,0 +1,42 @@
+"""The algorithms of the suite: REGISTRY maps each config name to its class.
+
+This dict is the table of contents. One name per concept: file stem = registry key =
+`conf/algorithm/<name>.yaml` = run label.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Mapping
+from typing import Any
+
+from algorithms.base import Algorithm
+from algorithms.local_sgd import LocalSGD
+from algorithms.sync_sgd import SyncSGD
+
+REGISTRY: dict[str, type[Algorithm]] = {
+    "sync_sgd": SyncSGD,
+    "local_sgd": LocalSGD,
+}
+
+
+def make_config(name: str, options: Mapping[str, Any]):
+    """Build the algorithm's typed Config from the `algorithm` node (without `name`).
+
+    A misspelled or unknown key fails here, before any worker starts. Raises ValueError with a
+    one-line message (the caller turns it into a UserError).
+    """
+    if name not in REGISTRY:
+        raise ValueError(f"unknown algorithm {name!r}; choose from {', '.join(REGISTRY)}")
+    cls = REGISTRY[name].Config
+    fields = {f.name for f in dataclasses.fields(cls)}
+    unknown = sorted(set(options) - fields)
+    if unknown:
+        known = ", ".join(sorted(fields)) or "none"
+        raise ValueError(f"algorithm {name} has no option {', '.join(unknown)} (options: {known})")
+    return cls(**options)
+
+
+def build(name: str, options: Mapping[str, Any], model, optimizer, comm, tau: int) -> Algorithm:
+    """Instantiate algorithm `name` with its Config built from `options`."""
+    return REGISTRY[name](model, optimizer, comm, make_config(name, options), tau=tau)

@@ -1,0 +1,1 @@
+"""Run records -> tidy frames, tables and figures (load, tables, figures, report)."""

@@ -1,0 +1,139 @@
+"""Final accuracy as mean ± std over seeds, one row per (algorithm, tau), as Markdown and CSV.
+
+Accuracies stay fractions in [0, 1] as the contract writes them; the Markdown shows them that way
+too, so a number in a table and the same number in `summary.json` read alike.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from analysis.load import ALGORITHMS, TAU_LESS
+from experiments.errors import UserError
+
+__all__ = ["TAU_LESS", "final_accuracy_table", "to_markdown", "write_table"]
+
+NO_TAU = "-"
+
+
+def final_accuracy_table(
+    summaries: pd.DataFrame,
+    rows: Sequence[str] = ("algorithm.name", "tau"),
+    value: str = "summary.final/test_acc",
+) -> pd.DataFrame:
+    """Group runs by `rows` and give `mean`, `std` (sample; NaN when n=1) and `n` of `value`.
+
+    Tau-less methods (`TAU_LESS`) show tau as "-" so their seeds form one row whatever tau their
+    configs hold. Rows are sorted by algorithm (contract order) then tau numerically.
+    """
+    rows = list(rows)
+    missing = [c for c in [*rows, value] if c not in summaries.columns]
+    if missing:
+        raise UserError(f"no column {missing[0]!r} in the runs (have: {', '.join(summaries)})")
+    frame = summaries
+    if "run_dir" in frame.columns:
+        # A per-evaluation frame repeats each summary on every metric row; count each run once.
+        frame = frame.drop_duplicates("run_dir")
+    if "tau" in rows and "algorithm.name" in frame.columns:
+        frame = frame.assign(
+            tau=[
+                NO_TAU if name in TAU_LESS else _as_int_if_integral(tau)
+                for name, tau in zip(frame["algorithm.name"], frame["tau"], strict=True)
+            ]
+        )
+    values = pd.to_numeric(frame[value], errors="coerce")
+    grouped = values.groupby([frame[c] for c in rows], dropna=False, sort=False)
+    table = grouped.agg(["mean", "std", "count"]).rename(columns={"count": "n"}).reset_index()
+    table = table.iloc[sorted(range(len(table)), key=lambda i: _row_key(table.iloc[i], rows))]
+    table = table.reset_index(drop=True)
+    # to_markdown names the value column after what was aggregated.
+    table.attrs["value"] = value
+    return table
+
+
+def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
+    """A Markdown table: the row columns, `<value> ` as `mean ± std` (fractions), and `n`."""
+    rows = [c for c in table.columns if c not in ("mean", "std", "n")]
+    header = _value_header(table.attrs.get("value", "summary.final/test_acc"))
+    shown = pd.DataFrame({_row_header(c): table[c].map(_cell) for c in rows})
+    shown[header] = [
+        _mean_std(mean, std, digits) for mean, std in zip(table["mean"], table["std"], strict=True)
+    ]
+    shown["n"] = table["n"].astype(int).astype(str)
+    # All cells are already text; numparse off keeps "-" and our rounding as written.
+    return shown.to_markdown(index=False, disable_numparse=True)
+
+
+def write_table(
+    table: pd.DataFrame, out_dir: str | os.PathLike, name: str = "table"
+) -> tuple[Path, Path]:
+    """Write `<name>.md` (formatted) and `<name>.csv` (raw mean/std/n) into `out_dir`."""
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    md_path, csv_path = out_dir / f"{name}.md", out_dir / f"{name}.csv"
+    md_path.write_text(to_markdown(table) + "\n")
+    table.to_csv(csv_path, index=False)
+    return md_path, csv_path
+
+
+def _row_key(row: pd.Series, rows: list[str]) -> tuple:
+    key = []
+    for column in rows:
+        cell = row[column]
+        if column == "algorithm.name":
+            known = cell in ALGORITHMS
+            key.append((0 if known else 1, ALGORITHMS.index(cell) if known else 0, str(cell)))
+        else:
+            number = _number(cell)
+            # "-" (no period) sorts first, then numbers in order, then any other text.
+            if cell == NO_TAU:
+                key.append((0, 0.0, ""))
+            elif number is not None:
+                key.append((1, number, ""))
+            else:
+                key.append((2, 0.0, str(cell)))
+    return tuple(key)
+
+
+def _number(cell: Any) -> float | None:
+    if isinstance(cell, bool):
+        return None
+    try:
+        number = float(cell)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) else number
+
+
+def _as_int_if_integral(value: Any) -> Any:
+    number = _number(value)
+    return int(number) if number is not None and number.is_integer() else value
+
+
+def _cell(value: Any) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "–"
+    return str(_as_int_if_integral(value))
+
+
+def _mean_std(mean: float, std: float, digits: int) -> str:
+    if math.isnan(mean):
+        return "–"
+    spread = "–" if math.isnan(std) else f"{std:.{digits}f}"
+    return f"{mean:.{digits}f} ± {spread}"
+
+
+def _value_header(value: str) -> str:
+    # "summary.final/test_acc" -> "final test acc"
+    return value.removeprefix("summary.").replace("/", " ").replace("_", " ")
+
+
+def _row_header(column: str) -> str:
+    # "algorithm.name" -> "algorithm": the group name is what a reader looks for.
+    return column.removesuffix(".name")

@@ -1,0 +1,323 @@
+"""The three datasets, as map-style datasets of (float32 [C, H, W] tensor, int label).
+
+- `cifar10`: the papers' workload (algorithms.md section 9), read with torchvision in its own
+  python-pickle format, with the reference augmentation and normalisation.
+- `digits`: scikit-learn's 1,797 bundled 8x8 handwritten digits. It ships with scikit-learn, so it
+  is the offline default: `make demo` and the tests need neither network nor a data folder.
+- `synthetic`: class prototypes plus Gaussian noise, any size, bit-identical for a config; for
+  tests and for scaling experiments that need N samples without files.
+
+Two entry points, because data must be fetched once but read many times: `prepare_dataset` runs in
+the parent process before any worker starts (it may download, and turns every problem into a
+one-line `UserError`); `load_dataset` runs in each worker and never downloads, so 16 ranks never
+race to write the same archive.
+"""
+
+import os
+import pickle
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import NoReturn
+
+import numpy as np
+import torch
+from torch.utils.data import Dataset
+from torchvision import datasets, transforms
+from torchvision.datasets.utils import check_integrity, download_and_extract_archive
+
+from experiments.errors import UserError
+
+CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
+CIFAR10_STD = (0.2023, 0.1994, 0.2010)
+CIFAR10_HOME = "https://www.cs.toronto.edu/~kriz/cifar.html"
+
+
+@dataclass
+class DataBundle:
+    """A loaded dataset and the facts the partitioner and model builder need about it."""
+
+    name: str
+    train: Dataset  # items (x: float32 [C, H, W], y: int); augmented if the dataset has it
+    test: Dataset  # same, never augmented
+    train_labels: np.ndarray  # int64, len(train), in dataset order (the partitioner's input)
+    num_classes: int
+    in_channels: int
+    image_size: int
+
+
+class TensorImageDataset(Dataset):
+    """Images and labels already in memory as tensors; items are (x, int y) like torchvision's."""
+
+    def __init__(self, images: torch.Tensor, labels: torch.Tensor) -> None:
+        assert len(images) == len(labels)
+        self.images = images
+        self.labels = labels
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
+        return self.images[index], int(self.labels[index])
+
+
+def prepare_dataset(cfg: Mapping) -> None:
+    """Make sure the data is there (downloading CIFAR-10 if allowed) and the config is valid."""
+    name = cfg.get("name")
+    if name == "cifar10":
+        _prepare_cifar10(cfg)
+    elif name == "digits":
+        _load_digits(cfg)  # cheap; surfaces an impossible split before workers start
+    elif name == "synthetic":
+        _synthetic_params(cfg)
+    else:
+        _unknown(name)
+
+
+def load_dataset(cfg: Mapping) -> DataBundle:
+    """Load the dataset named by the Hydra `dataset` node; never downloads."""
+    name = cfg.get("name")
+    if name == "cifar10":
+        return _load_cifar10(cfg)
+    if name == "digits":
+        return _load_digits(cfg)
+    if name == "synthetic":
+        return _load_synthetic(cfg)
+    _unknown(name)
+
+
+def _unknown(name: object) -> NoReturn:
+    raise UserError(f"unknown dataset.name {name!r}: expected one of cifar10, digits, synthetic")
+
+
+def _one_line(text: object, limit: int = 160) -> str:
+    """Squash an exception message onto one short line: the UserError contract is one line."""
+    line = re.sub(r"\s+", " ", str(text)).strip()
+    return line if len(line) <= limit else line[: limit - 3] + "..."
+
+
+def _int(cfg: Mapping, key: str, default: int, minimum: int) -> int:
+    value = cfg.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise UserError(f"dataset.{key} must be an integer >= {minimum}, got {value!r}")
+    return value
+
+
+def _float(cfg: Mapping, key: str, default: float) -> float:
+    value = cfg.get(key, default)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise UserError(f"dataset.{key} must be a number, got {value!r}")
+    return float(value)
+
+
+# ---------------------------------------------------------------------------------------------
+# CIFAR-10
+
+
+class _CIFAR10Files(datasets.CIFAR10):
+    """torchvision's CIFAR10 with the md5 checks reduced to "the files exist".
+
+    Why: repacked copies of CIFAR-10 and the tests' small fixtures in CIFAR-10's own format are
+    valid data with other md5s. When `verify_checksums` is true, `_check_cifar10` hashes the
+    files itself, once, before this class reads them, so torchvision need not hash them again.
+    """
+
+    def _check_integrity(self) -> bool:
+        return not _missing_cifar10_files(os.path.join(self.root, self.base_folder))
+
+    def _load_meta(self) -> None:
+        path = os.path.join(self.root, self.base_folder, self.meta["filename"])
+        with open(path, "rb") as f:
+            self.classes = pickle.load(f, encoding="latin1")[self.meta["key"]]
+        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
+
+
+def _cifar10_checksums() -> dict[str, str]:
+    """File name -> md5 of the official archive's contents, as torchvision lists them."""
+    base = datasets.CIFAR10
+    files = dict(base.train_list + base.test_list)
+    files[base.meta["filename"]] = base.meta["md5"]
+    return files
+
+
+def _missing_cifar10_files(folder: str) -> list[str]:
+    return [f for f in _cifar10_checksums() if not os.path.isfile(os.path.join(folder, f))]
+
+
+def _cifar10_root(cfg: Mapping) -> str:
+    root = cfg.get("root") or os.environ.get("CIFAR10_ROOT") or "./data"
+    return os.path.abspath(os.path.expanduser(str(root)))
+
+
+def _not_found(root: str, folder: str, missing: list[str], reason: str) -> UserError:
+    what = "" if len(missing) == len(_cifar10_checksums()) else f" (missing {', '.join(missing)})"
+    return UserError(
+        f"CIFAR-10 not found in {folder}{what} ({reason}): get cifar-10-python.tar.gz from"
+        f" {CIFAR10_HOME} and extract it under {root}, or point dataset.root / CIFAR10_ROOT at"
+        " the folder that holds cifar-10-batches-py"
+    )
+
+
+def _check_cifar10(root: str, verify_checksums: bool, download_reason: str) -> None:
+    """Raise a one-line UserError unless all six batches and the meta file are usable."""
+    folder = os.path.join(root, datasets.CIFAR10.base_folder)
+    missing = _missing_cifar10_files(folder)
+    if missing:
+        raise _not_found(root, folder, missing, download_reason)
+    if verify_checksums:
+        bad = [
+            f
+            for f, md5 in _cifar10_checksums().items()
+            if not check_integrity(os.path.join(folder, f), md5)
+        ]
+        if bad:
+            raise UserError(
+                f"CIFAR-10 in {folder} fails the md5 check ({', '.join(bad)}): re-extract"
+                f" cifar-10-python.tar.gz from {CIFAR10_HOME} under {root}, or set"
+                " dataset.verify_checksums=false if it is a repacked copy you trust"
+            )
+
+
+def _prepare_cifar10(cfg: Mapping) -> None:
+    root = _cifar10_root(cfg)
+    folder = os.path.join(root, datasets.CIFAR10.base_folder)
+    reason = "dataset.download is false"
+    # Download only when files are missing: files that are present but fail the md5 check may be
+    # the user's own repacked copy, and re-extracting the archive would overwrite them.
+    if _missing_cifar10_files(folder) and cfg.get("download", False):
+        base = datasets.CIFAR10
+        try:
+            download_and_extract_archive(base.url, root, filename=base.filename, md5=base.tgz_md5)
+            reason = "the downloaded archive lacks them"
+        except Exception as e:  # no network, proxy, disk full, bad archive: all one message
+            reason = f"download failed: {type(e).__name__}: {_one_line(e, 120)}"
+    _check_cifar10(root, cfg.get("verify_checksums", True), reason)
+
+
+def _load_cifar10(cfg: Mapping) -> DataBundle:
+    root = _cifar10_root(cfg)
+    _check_cifar10(root, cfg.get("verify_checksums", True), "load_dataset does not download")
+    normalize = [transforms.ToTensor(), transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD)]
+    test_tf = transforms.Compose(normalize)
+    train_tf = test_tf
+    if cfg.get("augment", True):
+        augment = [transforms.RandomCrop(32, padding=4), transforms.RandomHorizontalFlip()]
+        train_tf = transforms.Compose(augment + normalize)
+    try:
+        train = _CIFAR10Files(root, train=True, transform=train_tf, download=False)
+        test = _CIFAR10Files(root, train=False, transform=test_tf, download=False)
+    except (pickle.UnpicklingError, EOFError, KeyError, ValueError) as e:
+        folder = os.path.join(root, datasets.CIFAR10.base_folder)
+        raise UserError(
+            f"CIFAR-10 files in {folder} are not in CIFAR-10's python format"
+            f" ({type(e).__name__}: {_one_line(e, 120)})"
+        ) from None
+    return DataBundle(
+        name="cifar10",
+        train=train,
+        test=test,
+        train_labels=np.asarray(train.targets, dtype=np.int64),
+        num_classes=len(train.classes),
+        in_channels=3,
+        image_size=32,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# scikit-learn digits
+
+
+def _load_digits(cfg: Mapping) -> DataBundle:
+    """A fixed stratified split; pixels /16, then standardised with the train split's statistics.
+
+    Scalar mean and std (not per pixel): the border pixels are almost always 0, and per-pixel
+    scaling would blow their rare non-zero values up.
+    """
+    from sklearn.datasets import load_digits
+    from sklearn.model_selection import train_test_split
+
+    test_fraction = _float(cfg, "test_fraction", 1 / 6)
+    split_seed = _int(cfg, "split_seed", 0, minimum=0)
+    if not 0 < test_fraction < 1:
+        raise UserError(f"dataset.test_fraction must be in (0, 1), got {test_fraction}")
+    digits = load_digits()
+    x = digits.images.astype(np.float64) / 16.0
+    y = digits.target.astype(np.int64)
+    try:
+        x_train, x_test, y_train, y_test = train_test_split(
+            x, y, test_size=test_fraction, stratify=y, random_state=split_seed
+        )
+    except ValueError as e:
+        raise UserError(
+            f"digits: cannot split {len(y)} samples with test_fraction={test_fraction}:"
+            f" {_one_line(e)}"
+        ) from None
+    mean, std = x_train.mean(), x_train.std()
+
+    def tensors(images: np.ndarray, labels: np.ndarray) -> TensorImageDataset:
+        scaled = ((images - mean) / std).astype(np.float32)[:, None]  # [N, 1, 8, 8]
+        return TensorImageDataset(torch.from_numpy(scaled), torch.from_numpy(labels))
+
+    return DataBundle(
+        name="digits",
+        train=tensors(x_train, y_train),
+        test=tensors(x_test, y_test),
+        train_labels=y_train,
+        num_classes=10,
+        in_channels=1,
+        image_size=8,
+    )
+
+
+# ---------------------------------------------------------------------------------------------
+# synthetic
+
+
+def _synthetic_params(cfg: Mapping) -> dict:
+    params = {
+        "num_train": _int(cfg, "num_train", 2048, minimum=1),
+        "num_test": _int(cfg, "num_test", 512, minimum=1),
+        "num_classes": _int(cfg, "num_classes", 10, minimum=1),
+        "channels": _int(cfg, "channels", 1, minimum=1),
+        "image_size": _int(cfg, "image_size", 8, minimum=1),
+        "noise": _float(cfg, "noise", 1.0),
+        "seed": _int(cfg, "seed", 0, minimum=0),
+    }
+    if params["noise"] < 0:
+        raise UserError(f"dataset.noise must be >= 0, got {params['noise']}")
+    return params
+
+
+def _generator(seed: int, stream: int) -> torch.Generator:
+    """An independent torch stream per (seed, stream): SeedSequence mixes the pair into a seed."""
+    state = np.random.SeedSequence([seed, stream]).generate_state(1, np.uint64)[0]
+    return torch.Generator().manual_seed(int(state >> np.uint64(1)))
+
+
+def _load_synthetic(cfg: Mapping) -> DataBundle:
+    """x = prototype[y] + noise * N(0, I), labels balanced then permuted.
+
+    The prototypes come from a generator seeded with `seed` itself; train and test samples come
+    from two further independent streams, so the test set never repeats a training sample and
+    changing num_train leaves the prototypes (and so the task) unchanged.
+    """
+    p = _synthetic_params(cfg)
+    c, shape = p["num_classes"], (p["channels"], p["image_size"], p["image_size"])
+    prototypes = torch.randn((c, *shape), generator=torch.Generator().manual_seed(p["seed"]))
+
+    def draw(n: int, stream: int) -> TensorImageDataset:
+        g = _generator(p["seed"], stream)
+        labels = (torch.arange(n) % c)[torch.randperm(n, generator=g)]
+        images = prototypes[labels] + p["noise"] * torch.randn((n, *shape), generator=g)
+        return TensorImageDataset(images, labels)
+
+    train, test = draw(p["num_train"], 1), draw(p["num_test"], 2)
+    return DataBundle(
+        name="synthetic",
+        train=train,
+        test=test,
+        train_labels=train.labels.numpy().astype(np.int64),
+        num_classes=c,
+        in_channels=p["channels"],
+        image_size=p["image_size"],
+    )

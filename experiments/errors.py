@@ -1,0 +1,10 @@
+"""The one exception type for mistakes in the user's input.
+
+A `UserError` is printed as a single line on stderr and ends the program with exit code 2 before
+any worker starts (contract.md, "Exit codes"): bad config values, missing data, infeasible
+partitions. Everything else is a bug or an environment failure and keeps its traceback.
+"""
+
+
+class UserError(Exception):
+    """A problem with the user's input, reported as one line (no traceback)."""

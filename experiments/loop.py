@@ -1,0 +1,205 @@
+"""The only training loop. It knows no algorithm: it calls the four hooks of algorithms/base.py.
+
+    for each local step t (one counter across epochs):
+        x, y = next batch of this worker's shard            (time/data_s)
+        lr   = schedule(t)
+        zero_grad -> forward -> backward                     (time/compute_s ...)
+        algo.before_step(t) -> optimizer.step() -> algo.after_step(t)
+                                                             (... minus time/comm_exposed_s)
+    every `eval_every` epochs and after the last: evaluate (time/eval_s, not training time)
+    algo.finish() before the final evaluation
+
+Training time excludes evaluation (AlgoPerf's rule). A non-finite training loss, agreed on by all
+workers at an evaluation point, stops the run with status `diverged`.
+"""
+
+from __future__ import annotations
+
+import math
+import sys
+import time
+from dataclasses import dataclass, field
+
+import torch
+import torch.nn.functional as F
+
+from algorithms.base import Algorithm
+from algorithms.comm import Comm
+from experiments.evaluate import evaluate
+from experiments.schedule import lr_at
+
+
+@dataclass
+class LoopSettings:
+    epochs: int
+    eval_every: int
+    schedule: dict  # keyword arguments of experiments.schedule.lr_at
+    dtype: torch.dtype = torch.float32
+    progress: bool = True
+
+
+@dataclass
+class Clock:
+    """Training-time accounts of this worker, in seconds (timing.md, "The ledger")."""
+
+    train_s: float = 0.0
+    compute_s: float = 0.0
+    data_s: float = 0.0
+    eval_s: float = 0.0
+    history: list = field(default_factory=list)
+
+
+def train(
+    algo: Algorithm,
+    comm: Comm,
+    train_loader,
+    test_full,
+    test_shard,
+    device: torch.device,
+    settings: LoopSettings,
+    sink=None,
+) -> dict:
+    """Run the whole training; return the numbers for summary.json (same on every rank)."""
+    model, optimizer, ledger = algo.model, algo.optimizer, comm.ledger
+    steps_per_epoch = len(train_loader)
+    total_steps = settings.epochs * steps_per_epoch
+    progress = Progress(total_steps, enabled=settings.progress and comm.rank == 0)
+    clock = Clock()
+    step, status, best_acc = 0, "completed", -1.0
+    loss_sum, loss_steps = 0.0, 0
+    row: dict = {}
+
+    model.train()
+    for epoch in range(settings.epochs):
+        batches = iter(train_loader)
+        while True:
+            t0 = time.perf_counter()
+            batch = next(batches, None)
+            if batch is None:
+                break
+            x = batch[0].to(device, dtype=settings.dtype, non_blocking=True)
+            y = batch[1].to(device, non_blocking=True)
+            t1 = time.perf_counter()
+            lr = lr_at(step, steps_per_epoch, **settings.schedule)
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            exposed_before = ledger.exposed_s
+
+            loss = F.cross_entropy(model(x), y)
+            optimizer.zero_grad(set_to_none=True)
+            loss.backward()
+            algo.before_step(step)
+            optimizer.step()
+            algo.after_step(step)
+            loss_value = loss.item()  # also the sync point with an accelerator
+
+            t2 = time.perf_counter()
+            clock.data_s += t1 - t0
+            clock.compute_s += (t2 - t1) - (ledger.exposed_s - exposed_before)
+            clock.train_s += t2 - t0
+            loss_sum += loss_value
+            loss_steps += 1
+            step += 1
+            progress.update(step, loss_value)
+
+        last = epoch == settings.epochs - 1
+        if last:
+            t0 = time.perf_counter()
+            exposed_before = ledger.exposed_s
+            algo.finish()
+            t1 = time.perf_counter()
+            clock.compute_s += (t1 - t0) - (ledger.exposed_s - exposed_before)
+            clock.train_s += t1 - t0
+        if not last and (epoch + 1) % settings.eval_every != 0:
+            continue
+
+        t0 = time.perf_counter()
+        (train_loss_sum, train_steps) = comm.sum_scalars([loss_sum, loss_steps])
+        train_loss = train_loss_sum / max(train_steps, 1)
+        loss_sum, loss_steps = 0.0, 0
+        row = {
+            "epoch": epoch + 1,
+            "train/loss": train_loss,
+            "lr": lr,
+            **evaluate(
+                model, algo.eval_model(), comm, test_full, test_shard, device, settings.dtype
+            ),
+        }
+        clock.eval_s += time.perf_counter() - t0
+        row.update(
+            {
+                "time/train_s": clock.train_s,
+                "time/compute_s": clock.compute_s,
+                "time/comm_exposed_s": ledger.exposed_s,
+                "time/data_s": clock.data_s,
+                "time/eval_s": clock.eval_s,
+                "comm/bytes": ledger.bytes,
+                "comm/collectives": ledger.collectives,
+                **{f"algo/{k}": v for k, v in algo.metrics().items()},
+            }
+        )
+        best_acc = max(best_acc, row["test/acc"])
+        if sink is not None:
+            sink.log(row, step)
+        progress.report(step, epoch + 1, settings.epochs, row)
+        if not (math.isfinite(train_loss) and math.isfinite(row["test/loss"])):
+            status = "diverged"  # every rank saw the same all-reduced numbers
+            break
+
+    progress.close()
+    return {
+        "status": status,
+        "final/test_acc": row.get("test/acc"),
+        "final/test_acc_local": row.get("test/acc_local"),
+        "best/test_acc": best_acc,
+        "final/train_loss": row.get("train/loss"),
+        "steps": step,
+        "epochs": row.get("epoch"),
+        "time/train_s": clock.train_s,
+        "time/compute_s": clock.compute_s,
+        "time/comm_exposed_s": ledger.exposed_s,
+        "time/data_s": clock.data_s,
+        "time/eval_s": clock.eval_s,
+        "comm/bytes": ledger.bytes,
+        "comm/collectives": ledger.collectives,
+    }
+
+
+class Progress:
+    """Rank 0's progress: a tqdm bar on a terminal, plain log lines otherwise."""
+
+    def __init__(self, total: int, enabled: bool):
+        self.enabled, self.total = enabled, total
+        self.start = time.perf_counter()
+        self.bar = None
+        self.acc = float("nan")
+        if enabled and sys.stderr.isatty():
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, unit="step", dynamic_ncols=True, leave=True)
+
+    def update(self, step: int, loss: float) -> None:
+        if self.bar is not None:
+            self.bar.update(1)
+            self.bar.set_postfix(loss=f"{loss:.3f}", acc=f"{self.acc:.3f}", refresh=False)
+
+    def report(self, step: int, epoch: int, epochs: int, row: dict) -> None:
+        if not self.enabled:
+            return
+        self.acc = row["test/acc"]
+        if self.bar is not None:
+            return
+        elapsed = time.perf_counter() - self.start
+        done = epoch / epochs
+        eta = elapsed * (1 - done) / done if done > 0 else float("nan")
+        print(
+            f"epoch {epoch}/{epochs}  step {step}/{self.total}  "
+            f"train/loss {row['train/loss']:.4f}  "
+            f"test/acc {row['test/acc']:.4f}  test/acc_local {row['test/acc_local']:.4f}  "
+            f"elapsed {elapsed:.1f}s  eta {eta:.0f}s",
+            flush=True,
+        )
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()

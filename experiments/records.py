@@ -1,0 +1,90 @@
+"""A run's directory on disk: the source of truth (contract.md, "A run's directory").
+
+    config.yaml      the resolved config (Hydra's own copy, with interpolations, is in .hydra/)
+    metrics.jsonl    one JSON object per evaluation
+    summary.json     status (running | completed | diverged | failed) and the final numbers
+    data_card.json   per-worker label histogram
+
+Writes are atomic (temporary file + rename), so a reader never sees half a summary, and the
+status `completed` is written last, after everything else is on disk.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import tempfile
+from pathlib import Path
+from typing import Any
+
+SUMMARY = "summary.json"
+METRICS = "metrics.jsonl"
+CONFIG = "config.yaml"
+DATA_CARD = "data_card.json"
+FINISHED = ("completed", "diverged")
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w") as f:
+            json.dump(obj, f, indent=2, sort_keys=True, default=_jsonable)
+            f.write("\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def _jsonable(x: Any) -> Any:
+    if hasattr(x, "item"):  # numpy / torch scalars
+        return x.item()
+    if hasattr(x, "tolist"):
+        return x.tolist()
+    raise TypeError(f"not JSON serialisable: {type(x).__name__}")
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    path = Path(run_dir) / SUMMARY
+    if not path.exists():
+        return None
+    try:
+        return json.loads(path.read_text())
+    except json.JSONDecodeError:
+        return None
+
+
+def is_finished(run_dir: Path) -> bool:
+    """True when the run ended with a result that must not be recomputed or overwritten."""
+    summary = read_summary(run_dir)
+    return bool(summary) and summary.get("status") in FINISHED
+
+
+def update_summary(run_dir: Path, **fields: Any) -> dict:
+    summary = read_summary(run_dir) or {}
+    summary.update(fields)
+    write_json_atomic(Path(run_dir) / SUMMARY, summary)
+    return summary
+
+
+def git_sha() -> str:
+    """The commit of the code that made the run, with `-dirty` when it had local changes."""
+    here = Path(__file__).resolve().parent
+    try:
+        sha = subprocess.run(
+            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
+        ).stdout.strip()
+        dirty = subprocess.run(
+            ["git", "status", "--porcelain", "--untracked-files=no"],
+            cwd=here,
+            capture_output=True,
+            text=True,
+            timeout=10,
+        ).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    if not sha:
+        return "unknown"
+    return sha + ("-dirty" if dirty else "")

@@ -1,0 +1,45 @@
+"""Learning-rate schedule of the reference code (algorithms.md section 9), as a pure function.
+
+    peak   = lr * batch_size * workers / 128          (base LR per 128 samples, linear scaling)
+    warmup : linear per iteration from lr to peak over `warmup_epochs`
+    then   : peak * lr_decay ** (number of decay epochs reached)
+
+Decay epochs are `round(f * epochs)` for f in `lr_decay_at`, so that [0.5, 5/6] of 300 epochs
+gives 150 and 250 (the paper) and the same fractions scale to shorter runs; the decay applies
+from the first step of that epoch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+def peak_lr(lr: float, batch_size: int, workers: int) -> float:
+    """Base LR `lr` (for 128 samples) scaled linearly to the global batch."""
+    return lr * batch_size * workers / 128
+
+
+def decay_epochs(lr_decay_at: Sequence[float], epochs: int) -> list[int]:
+    return sorted(round(f * epochs) for f in lr_decay_at)
+
+
+def lr_at(
+    step: int,
+    steps_per_epoch: int,
+    *,
+    lr: float,
+    batch_size: int,
+    workers: int,
+    epochs: int,
+    warmup_epochs: float = 0,
+    lr_decay_at: Sequence[float] = (),
+    lr_decay: float = 0.1,
+) -> float:
+    """The LR in force for local step `step` (0-based, counted across epochs)."""
+    peak = peak_lr(lr, batch_size, workers)
+    warmup_steps = warmup_epochs * steps_per_epoch
+    if step < warmup_steps:
+        return lr + (peak - lr) * step / warmup_steps
+    epoch = step // steps_per_epoch
+    reached = sum(epoch >= e for e in decay_epochs(lr_decay_at, epochs))
+    return peak * lr_decay**reached

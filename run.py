@@ -1,0 +1,55 @@
+"""One run, or a Hydra sweep of runs: `python run.py key=value ...`, `python run.py -m ...`.
+
+Each Hydra job validates its config, then starts `workers` processes (or is one worker, under
+torchrun/srun), trains, and leaves its record in a directory named after its overrides
+(`<out_root>/runs/<overrides>`), so a rerun of a sweep finds and skips its finished runs.
+See README.md and ../shared/docs/contract.md.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from experiments.errors import UserError
+
+# The run directory is named after the overrides; with none it is "default".
+OmegaConf.register_new_resolver("run_name", lambda overrides: overrides or "default", replace=True)
+
+
+def check_output_root(argv: list[str]) -> None:
+    """Fail with one line, before Hydra creates anything, when out_root cannot be written.
+
+    Hydra itself would crash with a traceback while making the run directory.
+    """
+    roots = [a.split("=", 1)[1] for a in argv if a.startswith("out_root=")] or ["outputs"]
+    for root in roots[-1].split(","):
+        path = Path(root).expanduser() / "runs"
+        try:
+            path.mkdir(parents=True, exist_ok=True)
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+                pass
+        except OSError as e:
+            print(f"error: output directory {path} is not writable: {e.strerror}", file=sys.stderr)
+            sys.exit(2)
+
+
+@hydra.main(version_base="1.3", config_path="conf", config_name="config")
+def main(cfg: DictConfig) -> None:
+    from experiments.runner import run
+
+    try:
+        run(cfg, HydraConfig.get().runtime.output_dir)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+if __name__ == "__main__":
+    check_output_root(sys.argv[1:])
+    main()
