@@ -18,8 +18,13 @@ from omegaconf import DictConfig, OmegaConf
 
 from experiments.errors import UserError
 
-# The run directory is named after the overrides; with none it is "default".
-OmegaConf.register_new_resolver("run_name", lambda overrides: overrides or "default", replace=True)
+
+def run_name(overrides: str) -> str:
+    """The run directory's name: its overrides ("default" with none), one path segment."""
+    return overrides.replace("/", "%2F") or "default"
+
+
+OmegaConf.register_new_resolver("run_name", run_name, replace=True)
 
 
 def check_output_root(argv: list[str]) -> None:
