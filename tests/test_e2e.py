@@ -140,3 +140,40 @@ def test_cifar10_from_files_in_its_own_format(tmp_path):
     assert s["data_card"]["dataset"] == "cifar10"
     assert [w["num_samples"] for w in s["data_card"]["workers"]] == [40, 40]
     assert s["steps"] == 5  # 40 samples per worker, batch 8
+
+
+def test_torchrun_started_workers_give_the_same_run(tmp_path):
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    from tests.cli import REPO
+
+    args = ("epochs=2", *FAST)
+    torchrun = Path(sys.executable).with_name("torchrun")
+    env = {k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")}
+    proc = subprocess.run(
+        [str(torchrun), "--standalone", "--nproc-per-node", "2", "run.py", *args,
+         f"out_root={tmp_path / 'tr'}"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_clean_exit(run_py(*args, f"out_root={tmp_path / 'spawn'}"))
+    (tr_dir,) = (tmp_path / "tr" / "runs").iterdir()
+    (sp_dir,) = (tmp_path / "spawn" / "runs").iterdir()
+    assert tr_dir.name == sp_dir.name
+    assert summary(tr_dir)["status"] == "completed" and summary(tr_dir)["world_size"] == 2
+    for a, b in zip(metrics(tr_dir), metrics(sp_dir), strict=True):
+        assert a["train/loss"] == pytest.approx(b["train/loss"], rel=1e-5)
+        assert a["comm/bytes"] == b["comm/bytes"]
+
+
+def test_diverged_run_exits_0_with_status_diverged(tmp_path):
+    proc = run_py(*FAST, "lr=1e6", f"out_root={tmp_path}")
+    assert_clean_exit(proc)
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    s = summary(run_dir)
+    assert s["status"] == "diverged"
+    assert s["epochs"] == 1  # stopped at the first evaluation that saw the non-finite loss
+    assert metrics(run_dir)[0]["train/loss"] is None  # NaN is recorded as null
