@@ -100,9 +100,8 @@ class Comm:
             return None
         return dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group, async_op=async_op)
 
-    def mean_(self, tensors: Sequence[torch.Tensor], *, account: bool = True) -> None:
-        """Replace every tensor by its average over the workers (blocking, one collective)."""
-        tensors = list(tensors)
+    def _sum_blocking(self, tensors: list[torch.Tensor], account: bool) -> torch.Tensor:
+        """One blocking SUM all-reduce of `tensors` as one flat buffer; returns the buffer."""
         flat = flatten(tensors)
         start = time.perf_counter()
         self._launch(flat, account, async_op=False)
@@ -110,8 +109,17 @@ class Comm:
             torch.cuda.current_stream().synchronize()
         if account:
             self.ledger.exposed_s += time.perf_counter() - start
-        flat.div_(self.world_size)
-        copy_into_(tensors, flat)
+        return flat
+
+    def mean_(self, tensors: Sequence[torch.Tensor], *, account: bool = True) -> None:
+        """Replace every tensor by its average over the workers (blocking, one collective)."""
+        tensors = list(tensors)
+        copy_into_(tensors, self._sum_blocking(tensors, account).div_(self.world_size))
+
+    def sum_(self, tensors: Sequence[torch.Tensor], *, account: bool = True) -> None:
+        """Replace every tensor by its sum over the workers (blocking, one collective)."""
+        tensors = list(tensors)
+        copy_into_(tensors, self._sum_blocking(tensors, account))
 
     def mean_async(self, tensors: Sequence[torch.Tensor], *, account: bool = True) -> Pending:
         """Start averaging a snapshot of `tensors` in the background; `.wait()` returns it.
@@ -139,11 +147,17 @@ class Comm:
             dist.broadcast(flat, src=src, group=self.group)
             copy_into_(group, flat)
 
-    def sum_scalars(self, values: Sequence[float], *, dtype=torch.float64) -> list[float]:
-        """Sum a few Python numbers over the workers (bookkeeping: never accounted)."""
-        flat = torch.tensor(list(values), dtype=dtype, device=self.device)
+    def sum_scalars(self, values: Sequence[float], *, op: str = "sum") -> list[float]:
+        """Reduce a few Python numbers over the workers with `op` in sum | min | max
+        (bookkeeping: never accounted)."""
+        flat = torch.tensor(list(values), dtype=torch.float64, device=self.device)
         if self.world_size > 1:
-            dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
+            reduce_op = {
+                "sum": dist.ReduceOp.SUM,
+                "min": dist.ReduceOp.MIN,
+                "max": dist.ReduceOp.MAX,
+            }
+            dist.all_reduce(flat, op=reduce_op[op], group=self.group)
         return flat.tolist()
 
     @property

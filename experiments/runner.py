@@ -72,8 +72,9 @@ def validate(cfg: dict[str, Any]) -> None:
     if cfg["wandb"]["mode"] not in WANDB_MODES:
         raise UserError(f"wandb.mode must be one of {', '.join(WANDB_MODES)}")
     algo = dict(cfg["algorithm"])
+    name = algo.pop("name")
     try:
-        algorithms.make_config(algo.pop("name"), algo)
+        algorithms.REGISTRY[name].check(algorithms.make_config(name, algo), cfg)
     except (ValueError, TypeError) as e:
         raise UserError(str(e)) from None
 
@@ -213,15 +214,19 @@ def train_worker(cfg: dict, run_dir: Path, worker: d.Worker, backend: str) -> No
         for k in ("lr", "batch_size", "epochs", "warmup_epochs", "lr_decay_at", "lr_decay")
     }
     schedule["workers"] = m
-    optimizer = torch.optim.SGD(
-        model.parameters(),
+    name = cfg["algorithm"]["name"]
+    algo_cfg = algorithms.make_config(
+        name, {k: v for k, v in cfg["algorithm"].items() if k != "name"}
+    )
+    optimizer = algorithms.REGISTRY[name].local_optimizer(
+        algo_cfg,
+        model,
         lr=cfg["lr"],
         momentum=cfg["momentum"],
         nesterov=cfg["nesterov"],
         weight_decay=cfg["weight_decay"],
     )
-    options = {k: v for k, v in cfg["algorithm"].items() if k != "name"}
-    algo = algorithms.build(cfg["algorithm"]["name"], options, model, optimizer, comm, cfg["tau"])
+    algo = algorithms.REGISTRY[name](model, optimizer, comm, algo_cfg, tau=cfg["tau"])
 
     sink = make_sinks(run_dir, cfg, run_dir.name) if rank == 0 else None
     settings = LoopSettings(
