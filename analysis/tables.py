@@ -27,7 +27,12 @@ def final_accuracy_table(
     rows: Sequence[str] = ("algorithm.name", "tau"),
     value: str = "summary.final/test_acc",
 ) -> pd.DataFrame:
-    """Group runs by `rows` and give `mean`, `std` (sample; NaN when n=1) and `n` of `value`.
+    """Group runs by `rows` and give `mean`, `std` (sample; NaN when n=1) and `n` of `value`,
+    and `diverged`, the number of runs that diverged.
+
+    A diverged run's final accuracy is that of a non-finite model, so it is left out of the
+    mean, std and n and counted apart: divergence is a result the table shows (the non-IID
+    results of the papers include divergent runs).
 
     Tau-less methods (`TAU_LESS`) show tau as "-" so their seeds form one row whatever tau their
     configs hold. Rows are sorted by algorithm (contract order) then tau numerically.
@@ -47,9 +52,17 @@ def final_accuracy_table(
                 for name, tau in zip(frame["algorithm.name"], frame["tau"], strict=True)
             ]
         )
-    values = pd.to_numeric(frame[value], errors="coerce")
-    grouped = values.groupby([frame[c] for c in rows], dropna=False, sort=False)
-    table = grouped.agg(["mean", "std", "count"]).rename(columns={"count": "n"}).reset_index()
+    diverged = (
+        frame["summary.status"].eq("diverged")
+        if "summary.status" in frame.columns
+        else pd.Series(False, index=frame.index)
+    )
+    values = pd.to_numeric(frame[value], errors="coerce").mask(diverged)
+    keys = [frame[c] for c in rows]
+    table = values.groupby(keys, dropna=False, sort=False).agg(["mean", "std", "count"])
+    table = table.rename(columns={"count": "n"})
+    table["diverged"] = diverged.groupby(keys, dropna=False, sort=False).sum().astype(int)
+    table = table.reset_index()
     table = table.iloc[sorted(range(len(table)), key=lambda i: _row_key(table.iloc[i], rows))]
     table = table.reset_index(drop=True)
     # to_markdown names the value column after what was aggregated.
@@ -58,14 +71,19 @@ def final_accuracy_table(
 
 
 def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
-    """A Markdown table: the row columns, `<value> ` as `mean ± std` (fractions), and `n`."""
-    rows = [c for c in table.columns if c not in ("mean", "std", "n")]
+    """A Markdown table: the row columns, `<value>` as `mean ± std` (fractions), `n`, and,
+    when any run diverged, `diverged` as k/(runs)."""
+    rows = [c for c in table.columns if c not in ("mean", "std", "n", "diverged")]
     header = _value_header(table.attrs.get("value", "summary.final/test_acc"))
     shown = pd.DataFrame({_row_header(c): table[c].map(_cell) for c in rows})
+    diverged = table["diverged"] if "diverged" in table.columns else pd.Series(0, table.index)
     shown[header] = [
-        _mean_std(mean, std, digits) for mean, std in zip(table["mean"], table["std"], strict=True)
+        "diverged" if n == 0 and k > 0 else _mean_std(mean, std, digits)
+        for mean, std, n, k in zip(table["mean"], table["std"], table["n"], diverged, strict=True)
     ]
     shown["n"] = table["n"].astype(int).astype(str)
+    if diverged.any():
+        shown["diverged"] = [f"{k}/{k + n}" for k, n in zip(diverged, table["n"], strict=True)]
     # All cells are already text; numparse off keeps "-" and our rounding as written.
     return shown.to_markdown(index=False, disable_numparse=True)
 

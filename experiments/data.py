@@ -13,8 +13,6 @@ one-line `UserError`); `load_dataset` runs in each worker and never downloads, s
 race to write the same archive.
 """
 
-import os
-import pickle
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -23,14 +21,8 @@ from typing import NoReturn
 import numpy as np
 import torch
 from torch.utils.data import Dataset
-from torchvision import datasets, transforms
-from torchvision.datasets.utils import check_integrity, download_and_extract_archive
 
 from experiments.errors import UserError
-
-CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
-CIFAR10_STD = (0.2023, 0.1994, 0.2010)
-CIFAR10_HOME = "https://www.cs.toronto.edu/~kriz/cifar.html"
 
 
 @dataclass
@@ -65,7 +57,9 @@ def prepare_dataset(cfg: Mapping) -> None:
     """Make sure the data is there (downloading CIFAR-10 if allowed) and the config is valid."""
     name = cfg.get("name")
     if name == "cifar10":
-        _prepare_cifar10(cfg)
+        from experiments import cifar10  # torchvision costs seconds to import: only when used
+
+        cifar10.prepare(cfg)
     elif name == "digits":
         _load_digits(cfg)  # cheap; surfaces an impossible split before workers start
     elif name == "synthetic":
@@ -78,7 +72,9 @@ def load_dataset(cfg: Mapping) -> DataBundle:
     """Load the dataset named by the Hydra `dataset` node; never downloads."""
     name = cfg.get("name")
     if name == "cifar10":
-        return _load_cifar10(cfg)
+        from experiments import cifar10
+
+        return cifar10.load(cfg)
     if name == "digits":
         return _load_digits(cfg)
     if name == "synthetic":
@@ -90,7 +86,7 @@ def _unknown(name: object) -> NoReturn:
     raise UserError(f"unknown dataset.name {name!r}: expected one of cifar10, digits, synthetic")
 
 
-def _one_line(text: object, limit: int = 160) -> str:
+def one_line(text: object, limit: int = 160) -> str:
     """Squash an exception message onto one short line: the UserError contract is one line."""
     line = re.sub(r"\s+", " ", str(text)).strip()
     return line if len(line) <= limit else line[: limit - 3] + "..."
@@ -108,119 +104,6 @@ def _float(cfg: Mapping, key: str, default: float) -> float:
     if isinstance(value, bool) or not isinstance(value, (int, float)):
         raise UserError(f"dataset.{key} must be a number, got {value!r}")
     return float(value)
-
-
-# ---------------------------------------------------------------------------------------------
-# CIFAR-10
-
-
-class _CIFAR10Files(datasets.CIFAR10):
-    """torchvision's CIFAR10 with the md5 checks reduced to "the files exist".
-
-    Why: repacked copies of CIFAR-10 and the tests' small fixtures in CIFAR-10's own format are
-    valid data with other md5s. When `verify_checksums` is true, `_check_cifar10` hashes the
-    files itself, once, before this class reads them, so torchvision need not hash them again.
-    """
-
-    def _check_integrity(self) -> bool:
-        return not _missing_cifar10_files(os.path.join(self.root, self.base_folder))
-
-    def _load_meta(self) -> None:
-        path = os.path.join(self.root, self.base_folder, self.meta["filename"])
-        with open(path, "rb") as f:
-            self.classes = pickle.load(f, encoding="latin1")[self.meta["key"]]
-        self.class_to_idx = {c: i for i, c in enumerate(self.classes)}
-
-
-def _cifar10_checksums() -> dict[str, str]:
-    """File name -> md5 of the official archive's contents, as torchvision lists them."""
-    base = datasets.CIFAR10
-    files = dict(base.train_list + base.test_list)
-    files[base.meta["filename"]] = base.meta["md5"]
-    return files
-
-
-def _missing_cifar10_files(folder: str) -> list[str]:
-    return [f for f in _cifar10_checksums() if not os.path.isfile(os.path.join(folder, f))]
-
-
-def _cifar10_root(cfg: Mapping) -> str:
-    root = cfg.get("root") or os.environ.get("CIFAR10_ROOT") or "./data"
-    return os.path.abspath(os.path.expanduser(str(root)))
-
-
-def _not_found(root: str, folder: str, missing: list[str], reason: str) -> UserError:
-    what = "" if len(missing) == len(_cifar10_checksums()) else f" (missing {', '.join(missing)})"
-    return UserError(
-        f"CIFAR-10 not found in {folder}{what} ({reason}): get cifar-10-python.tar.gz from"
-        f" {CIFAR10_HOME} and extract it under {root}, or point dataset.root / CIFAR10_ROOT at"
-        " the folder that holds cifar-10-batches-py"
-    )
-
-
-def _check_cifar10(root: str, verify_checksums: bool, download_reason: str) -> None:
-    """Raise a one-line UserError unless all six batches and the meta file are usable."""
-    folder = os.path.join(root, datasets.CIFAR10.base_folder)
-    missing = _missing_cifar10_files(folder)
-    if missing:
-        raise _not_found(root, folder, missing, download_reason)
-    if verify_checksums:
-        bad = [
-            f
-            for f, md5 in _cifar10_checksums().items()
-            if not check_integrity(os.path.join(folder, f), md5)
-        ]
-        if bad:
-            raise UserError(
-                f"CIFAR-10 in {folder} fails the md5 check ({', '.join(bad)}): re-extract"
-                f" cifar-10-python.tar.gz from {CIFAR10_HOME} under {root}, or set"
-                " dataset.verify_checksums=false if it is a repacked copy you trust"
-            )
-
-
-def _prepare_cifar10(cfg: Mapping) -> None:
-    root = _cifar10_root(cfg)
-    folder = os.path.join(root, datasets.CIFAR10.base_folder)
-    reason = "dataset.download is false"
-    # Download only when files are missing: files that are present but fail the md5 check may be
-    # the user's own repacked copy, and re-extracting the archive would overwrite them.
-    if _missing_cifar10_files(folder) and cfg.get("download", False):
-        base = datasets.CIFAR10
-        try:
-            download_and_extract_archive(base.url, root, filename=base.filename, md5=base.tgz_md5)
-            reason = "the downloaded archive lacks them"
-        except Exception as e:  # no network, proxy, disk full, bad archive: all one message
-            reason = f"download failed: {type(e).__name__}: {_one_line(e, 120)}"
-    _check_cifar10(root, cfg.get("verify_checksums", True), reason)
-
-
-def _load_cifar10(cfg: Mapping) -> DataBundle:
-    root = _cifar10_root(cfg)
-    _check_cifar10(root, cfg.get("verify_checksums", True), "load_dataset does not download")
-    normalize = [transforms.ToTensor(), transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD)]
-    test_tf = transforms.Compose(normalize)
-    train_tf = test_tf
-    if cfg.get("augment", True):
-        augment = [transforms.RandomCrop(32, padding=4), transforms.RandomHorizontalFlip()]
-        train_tf = transforms.Compose(augment + normalize)
-    try:
-        train = _CIFAR10Files(root, train=True, transform=train_tf, download=False)
-        test = _CIFAR10Files(root, train=False, transform=test_tf, download=False)
-    except (pickle.UnpicklingError, EOFError, KeyError, ValueError) as e:
-        folder = os.path.join(root, datasets.CIFAR10.base_folder)
-        raise UserError(
-            f"CIFAR-10 files in {folder} are not in CIFAR-10's python format"
-            f" ({type(e).__name__}: {_one_line(e, 120)})"
-        ) from None
-    return DataBundle(
-        name="cifar10",
-        train=train,
-        test=test,
-        train_labels=np.asarray(train.targets, dtype=np.int64),
-        num_classes=len(train.classes),
-        in_channels=3,
-        image_size=32,
-    )
 
 
 # ---------------------------------------------------------------------------------------------
@@ -250,7 +133,7 @@ def _load_digits(cfg: Mapping) -> DataBundle:
     except ValueError as e:
         raise UserError(
             f"digits: cannot split {len(y)} samples with test_fraction={test_fraction}:"
-            f" {_one_line(e)}"
+            f" {one_line(e)}"
         ) from None
     mean, std = x_train.mean(), x_train.std()
 

@@ -66,6 +66,7 @@ def train(
     progress = Progress(total_steps, enabled=settings.progress and comm.rank == 0)
     clock = Clock()
     step, status, best_acc = 0, "completed", -1.0
+    first_bad_step = math.inf  # first step whose local training loss was not finite
     loss_sum, loss_steps = 0.0, 0
     row: dict = {}
 
@@ -92,6 +93,8 @@ def train(
             optimizer.step()
             algo.after_step(step)
             loss_value = loss.item()  # also the sync point with an accelerator
+            if not math.isfinite(loss_value) and first_bad_step == math.inf:
+                first_bad_step = step
 
             t2 = time.perf_counter()
             clock.data_s += t1 - t0
@@ -102,8 +105,12 @@ def train(
             step += 1
             progress.update(step, loss_value)
 
-        last = epoch == settings.epochs - 1
-        if last:
+        # Divergence is a result: all workers agree, at every epoch end, on the first step at
+        # which any of them saw a non-finite loss, and stop together.
+        (diverged_at,) = comm.sum_scalars([first_bad_step], op="min")
+        diverged = math.isfinite(diverged_at)
+        last = diverged or epoch == settings.epochs - 1
+        if last:  # also after divergence: finish() drains what is in flight on every worker
             t0 = time.perf_counter()
             exposed_before = ledger.exposed_s
             algo.finish()
@@ -142,7 +149,7 @@ def train(
         if sink is not None:
             sink.log(row, step)
         progress.report(step, epoch + 1, settings.epochs, row)
-        if not (math.isfinite(train_loss) and math.isfinite(row["test/loss"])):
+        if diverged or not (math.isfinite(train_loss) and math.isfinite(row["test/loss"])):
             status = "diverged"  # every rank saw the same all-reduced numbers
             break
 
@@ -154,6 +161,7 @@ def train(
         "best/test_acc": best_acc,
         "final/train_loss": row.get("train/loss"),
         "steps": step,
+        "diverged_at_step": int(diverged_at) if status == "diverged" and diverged else None,
         "epochs": row.get("epoch"),
         "time/train_s": clock.train_s,
         "time/compute_s": clock.compute_s,

@@ -79,8 +79,9 @@ def validate(cfg: dict[str, Any]) -> None:
         raise UserError(str(e)) from None
 
 
-def check_data(cfg: dict[str, Any]) -> dict:
-    """Make sure the data is there and the partition is feasible; return the data card."""
+def check_data(cfg: dict[str, Any]):
+    """Make sure the data is there and the partition is feasible; return the loaded data and
+    the data card."""
     from experiments.data import load_dataset, prepare_dataset
     from experiments.partition import data_card, make_partition
 
@@ -92,7 +93,7 @@ def check_data(cfg: dict[str, Any]) -> dict:
     card = data_card(bundle.train_labels, shards, bundle.num_classes)
     card["partition"] = dict(cfg["partition"])
     card["dataset"] = cfg["dataset"]["name"]
-    return card
+    return bundle, card
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> str:
@@ -111,7 +112,7 @@ def run(cfg: DictConfig, run_dir: str | Path) -> str:
         # Under torchrun/srun the launcher decides the world size; the record must say so.
         plain["workers"] = worker.world_size
         validate(plain)
-    card = check_data(plain)
+    bundle, card = check_data(plain)
 
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -135,18 +136,40 @@ def run(cfg: DictConfig, run_dir: str | Path) -> str:
         )
     try:
         if worker is None:
-            d.spawn(worker_main, plain["workers"], (plain, str(run_dir)))
+            # In-memory datasets travel to the workers with their arguments: loading them again
+            # in every process (importing scikit-learn) would cost seconds per run.
+            shared = bundle if plain["dataset"]["name"] != "cifar10" else None
+            d.spawn(worker_main, plain["workers"], (plain, str(run_dir), shared))
         else:
-            worker_main(worker.rank, worker.world_size, plain, str(run_dir), worker)
+            worker_main(worker.rank, worker.world_size, plain, str(run_dir), bundle, worker)
     except BaseException as e:
         if is_main:
             update_summary(run_dir, status="failed", error=f"{type(e).__name__}: {e}"[:2000])
         raise
-    return read_summary(run_dir)["status"] if is_main else "completed"
+    if not is_main:
+        return "completed"
+    summary = read_summary(run_dir)
+    print(outcome_line(run_dir, summary), flush=True)
+    return summary["status"]
+
+
+def outcome_line(run_dir: Path, s: dict) -> str:
+    """One line saying how the run ended, for the console."""
+    if s["status"] == "diverged":
+        return f"{run_dir}: diverged at step {s.get('diverged_at_step')} (non-finite loss)"
+    return (
+        f"{run_dir}: {s['status']}  final/test_acc {s['final/test_acc']:.4f}  "
+        f"time/train_s {s['time/train_s']:.1f}  comm/bytes {s['comm/bytes']}"
+    )
 
 
 def worker_main(
-    rank: int, world_size: int, cfg: dict, run_dir: str, worker: d.Worker | None = None
+    rank: int,
+    world_size: int,
+    cfg: dict,
+    run_dir: str,
+    bundle=None,
+    worker: d.Worker | None = None,
 ) -> None:
     """Entry point of one worker process."""
     if worker is None:  # spawned by run.py on this machine
@@ -160,7 +183,7 @@ def worker_main(
     d.init(worker, backend, cfg["dist_timeout_s"])
     clean = False
     try:
-        train_worker(cfg, Path(run_dir), worker, backend)
+        train_worker(cfg, Path(run_dir), worker, backend, bundle)
         clean = True
     except Exception:
         if worker.rank == 0:
@@ -170,7 +193,7 @@ def worker_main(
         d.teardown(clean)
 
 
-def train_worker(cfg: dict, run_dir: Path, worker: d.Worker, backend: str) -> None:
+def train_worker(cfg: dict, run_dir: Path, worker: d.Worker, backend: str, bundle=None) -> None:
     from torch.utils.data import DataLoader, Subset
 
     from algorithms.comm import Comm
@@ -185,7 +208,8 @@ def train_worker(cfg: dict, run_dir: Path, worker: d.Worker, backend: str) -> No
     dtype = DTYPES[cfg.get("dtype", "float32")]
     comm = Comm()
 
-    bundle = load_dataset(cfg["dataset"])
+    if bundle is None:
+        bundle = load_dataset(cfg["dataset"])
     shards = make_partition(cfg["partition"], bundle.train_labels, m, seed)
 
     torch.manual_seed(seed)  # identical initial parameters on every worker ...

@@ -265,16 +265,22 @@ def test_hydra_config_fallback_keeps_unresolvable_interpolations(tmp_path: Path)
 # --- tables -----------------------------------------------------------------------------------
 
 
-def expected_rows() -> dict[tuple[str, object], list[float]]:
-    rows: dict[tuple[str, object], list[float]] = {}
-    for algorithm, tau, _, final, _ in KEPT:
-        rows.setdefault((algorithm, "-" if algorithm in TAU_LESS else tau), []).append(final)
+def expected_rows() -> dict[tuple[str, object], tuple[list[float], int]]:
+    """(algorithm, tau) -> (final accuracies of the completed runs, number of diverged runs)."""
+    rows: dict[tuple[str, object], tuple[list[float], int]] = {}
+    for algorithm, tau, _, final, status in KEPT:
+        values, diverged = rows.get((algorithm, "-" if algorithm in TAU_LESS else tau), ([], 0))
+        if status == "diverged":
+            diverged += 1
+        else:
+            values = [*values, final]
+        rows[(algorithm, "-" if algorithm in TAU_LESS else tau)] = (values, diverged)
     return rows
 
 
 def test_final_accuracy_table_is_mean_std_n_over_seeds(summaries: pd.DataFrame) -> None:
     table = final_accuracy_table(summaries)
-    assert list(table.columns) == ["algorithm.name", "tau", "mean", "std", "n"]
+    assert list(table.columns) == ["algorithm.name", "tau", "mean", "std", "n", "diverged"]
     # Contract order of algorithms, then tau numerically; sync_sgd's two taus form one row.
     assert list(zip(table["algorithm.name"], table["tau"], strict=True)) == [
         ("sync_sgd", "-"),
@@ -285,8 +291,11 @@ def test_final_accuracy_table_is_mean_std_n_over_seeds(summaries: pd.DataFrame) 
     ]
     expected = expected_rows()
     for _, row in table.iterrows():
-        values = expected[(row["algorithm.name"], row["tau"])]
-        assert row["n"] == len(values)
+        values, diverged = expected[(row["algorithm.name"], row["tau"])]
+        assert row["n"] == len(values) and row["diverged"] == diverged
+        if not values:  # a diverged run's accuracy is not a result: no mean
+            assert math.isnan(row["mean"]) and diverged > 0
+            continue
         assert row["mean"] == pytest.approx(statistics.mean(values))
         if len(values) > 1:
             assert row["std"] == pytest.approx(statistics.stdev(values))
@@ -311,6 +320,9 @@ def test_markdown_shows_mean_plus_minus_std(summaries: pd.DataFrame) -> None:
     cell = f"{statistics.mean(sync):.3f} ± {statistics.stdev(sync):.3f}"
     assert any("sync_sgd" in line and cell in line and "| -" in line for line in lines)
     assert any("local_sgd" in line and "0.850 ± –" in line for line in lines)
+    # the powersgd run diverged: the table says so instead of showing its accuracy
+    assert any("powersgd" in line and "| diverged" in line and "1/1" in line for line in lines)
+    assert "diverged" in lines[0]
     assert len(lines) == 2 + 5
 
 
@@ -320,7 +332,8 @@ def test_write_table_writes_markdown_and_raw_csv(tmp_path, summaries) -> None:
     assert md == tmp_path / "out" / "t1.md" and csv.name == "t1.csv"
     assert md.read_text().strip() == to_markdown(table)
     back = pd.read_csv(csv)
-    assert back["mean"].tolist() == pytest.approx(table["mean"].tolist())
+    assert back["mean"].tolist() == pytest.approx(table["mean"].tolist(), nan_ok=True)
+    assert back["diverged"].tolist() == table["diverged"].tolist()
     assert back["n"].tolist() == table["n"].tolist()
 
 

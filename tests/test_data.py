@@ -4,8 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from experiments import data as data_module
-from experiments.data import CIFAR10_MEAN, CIFAR10_STD, load_dataset, prepare_dataset
+from experiments import cifar10 as cifar10_module
+from experiments.cifar10 import CIFAR10_MEAN, CIFAR10_STD
+from experiments.data import load_dataset, prepare_dataset
 from experiments.errors import UserError
 from tests.cifar_files import write_cifar10
 
@@ -169,7 +170,7 @@ def test_cifar10_failed_download_is_a_user_error(tmp_path, monkeypatch):
     def no_network(*args, **kwargs):
         raise OSError("[Errno -3] Temporary failure\nin name resolution")
 
-    monkeypatch.setattr(data_module, "download_and_extract_archive", no_network)
+    monkeypatch.setattr(cifar10_module, "download_and_extract_archive", no_network)
     with pytest.raises(UserError) as info:
         prepare_dataset(cifar_cfg(tmp_path, download=True))
     assert_one_line_naming(str(info.value), tmp_path)

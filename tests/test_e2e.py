@@ -170,10 +170,12 @@ def test_torchrun_started_workers_give_the_same_run(tmp_path):
 
 
 def test_diverged_run_exits_0_with_status_diverged(tmp_path):
-    proc = run_py(*FAST, "lr=1e6", f"out_root={tmp_path}")
+    proc = run_py(*FAST, "lr=1e6", "epochs=3", f"out_root={tmp_path}")
     assert_clean_exit(proc)
     (run_dir,) = (tmp_path / "runs").iterdir()
     s = summary(run_dir)
     assert s["status"] == "diverged"
-    assert s["epochs"] == 1  # stopped at the first evaluation that saw the non-finite loss
+    assert s["epochs"] == 1  # both workers stopped together at the end of the first epoch
+    assert 0 <= s["diverged_at_step"] < 32 and s["steps"] == 32  # 32 steps per epoch
+    assert f"diverged at step {s['diverged_at_step']}" in proc.stdout
     assert metrics(run_dir)[0]["train/loss"] is None  # NaN is recorded as null
