@@ -45,9 +45,8 @@ fmt: $(STAMP) ## Format the code with ruff
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-demo: $(STAMP) ## sync_sgd vs local_sgd (tau 2, 8) on digits, 4 workers; prints the table and figure
-	$(PY) run.py -m experiment=demo scale=$(SCALE) algorithm=sync_sgd out_root=$(OUT)/demo
-	$(PY) run.py -m experiment=demo scale=$(SCALE) algorithm=local_sgd tau=2,8 out_root=$(OUT)/demo
+demo: $(STAMP) ## Every algorithm, briefly, on digits with 4 workers; prints the table and figure
+	$(PY) run.py -m experiment=demo scale=$(SCALE) out_root=$(OUT)/demo
 	$(PY) -m analysis.report $(OUT)/demo/runs --out $(OUT)/demo/report --name demo
 
 smoke: $(STAMP) ## One tiny run on synthetic data with 2 workers (seconds)

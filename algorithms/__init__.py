@@ -11,12 +11,27 @@ from collections.abc import Mapping
 from typing import Any
 
 from algorithms.base import Algorithm
+from algorithms.cocod_sgd import CoCoDSGD
+from algorithms.easgd import EAMSGD, EASGD
 from algorithms.local_sgd import LocalSGD
+from algorithms.losp import LOSP
+from algorithms.osp import OSP
+from algorithms.overlap_local_sgd import OverlapLocalSGD
+from algorithms.powersgd import PowerSGD
+from algorithms.pseudo_sync import PseudoSync
 from algorithms.sync_sgd import SyncSGD
 
 REGISTRY: dict[str, type[Algorithm]] = {
-    "sync_sgd": SyncSGD,
-    "local_sgd": LocalSGD,
+    "sync_sgd": SyncSGD,  # all-reduce the gradients every step
+    "local_sgd": LocalSGD,  # average the models every tau steps
+    "powersgd": PowerSGD,  # low-rank gradient compression with error feedback
+    "easgd": EASGD,  # elastic pull toward a centre variable, plain local SGD
+    "eamsgd": EAMSGD,  # the same with local Nesterov momentum
+    "cocod_sgd": CoCoDSGD,  # average a snapshot while computing, add back own progress
+    "overlap_local_sgd": OverlapLocalSGD,  # pull toward a stale anchor averaged in background
+    "pseudo_sync": PseudoSync,  # apply a predicted gradient while the fresh one is averaged
+    "osp": OSP,  # PS-style push overlapped with adaptive extra local steps
+    "losp": LOSP,  # OSP with local compensation of the stale progress
 }
 
 

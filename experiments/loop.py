@@ -6,11 +6,12 @@
         zero_grad -> forward -> backward                     (time/compute_s ...)
         algo.before_step(t) -> optimizer.step() -> algo.after_step(t)
                                                              (... minus time/comm_exposed_s)
-    every `eval_every` epochs and after the last: evaluate (time/eval_s, not training time)
-    algo.finish() before the final evaluation
+    every `eval_every` epochs and after the last: algo.drain() (algo.finish() the last time),
+    then evaluate (time/eval_s, not training time)
 
-Training time excludes evaluation (AlgoPerf's rule). A non-finite training loss, agreed on by all
-workers at an evaluation point, stops the run with status `diverged`.
+Training time excludes evaluation (AlgoPerf's rule). A non-finite training loss stops the run
+with status `diverged` on every worker at the next evaluation point, and the summary names the
+first step at which any worker saw it.
 """
 
 from __future__ import annotations
@@ -105,22 +106,27 @@ def train(
             step += 1
             progress.update(step, loss_value)
 
-        # Divergence is a result: all workers agree, at every epoch end, on the first step at
-        # which any of them saw a non-finite loss, and stop together.
-        (diverged_at,) = comm.sum_scalars([first_bad_step], op="min")
-        diverged = math.isfinite(diverged_at)
-        last = diverged or epoch == settings.epochs - 1
-        if last:  # also after divergence: finish() drains what is in flight on every worker
-            t0 = time.perf_counter()
-            exposed_before = ledger.exposed_s
-            algo.finish()
-            t1 = time.perf_counter()
-            clock.compute_s += (t1 - t0) - (ledger.exposed_s - exposed_before)
-            clock.train_s += t1 - t0
+        last = epoch == settings.epochs - 1
         if not last and (epoch + 1) % settings.eval_every != 0:
             continue
 
+        # Bring every worker to rest before any bookkeeping collective: with collectives in
+        # flight (OSP/LOSP push at rank-dependent steps) an evaluation all-reduce would be
+        # matched against another worker's push. The last evaluation sees the consensus.
         t0 = time.perf_counter()
+        exposed_before = ledger.exposed_s
+        if last:
+            algo.finish()
+        else:
+            algo.drain()
+        t1 = time.perf_counter()
+        clock.compute_s += (t1 - t0) - (ledger.exposed_s - exposed_before)
+        clock.train_s += t1 - t0
+
+        # Divergence is a result: the workers agree on the first step at which any of them saw
+        # a non-finite loss, and stop together.
+        (diverged_at,) = comm.sum_scalars([first_bad_step], op="min")
+        diverged = math.isfinite(diverged_at)
         (train_loss_sum, train_steps) = comm.sum_scalars([loss_sum, loss_steps])
         train_loss = train_loss_sum / max(train_steps, 1)
         loss_sum, loss_steps = 0.0, 0
@@ -132,7 +138,7 @@ def train(
                 model, algo.eval_model(), comm, test_full, test_shard, device, settings.dtype
             ),
         }
-        clock.eval_s += time.perf_counter() - t0
+        clock.eval_s += time.perf_counter() - t1
         row.update(
             {
                 "time/train_s": clock.train_s,

@@ -1,0 +1,231 @@
+"""Pseudo-synchronous SGD (algorithms/pseudo_sync.py): the smoothing math by hand, and real gloo
+runs for the identity with one-step-delayed synchronous SGD (algorithms.md section 11 #5),
+replicas, the confidence range, the ledger, consensus and the state round trip."""
+
+from __future__ import annotations
+
+import copy
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from algorithms.comm import Comm
+from algorithms.pseudo_sync import (
+    Config,
+    PseudoSync,
+    adaptive_confidence,
+    blend_local,
+    cosine,
+    smooth,
+)
+from experiments.models import TinyCNN
+
+STEPS = 10
+C_MAX = 0.7
+LR, MOMENTUM, WD = 0.05, 0.9, 1e-4
+
+
+# --- pure functions -------------------------------------------------------------------------
+
+
+def _t(*values) -> torch.Tensor:
+    return torch.tensor(values, dtype=torch.float64)
+
+
+def test_cosine_and_confidence_by_hand():
+    assert cosine(_t(1, 0), _t(1, 1)).item() == pytest.approx(2**-0.5, abs=1e-15)
+    assert cosine(_t(0, 0), _t(1, 1)).item() == 0.0  # zero vector: no confidence
+    assert adaptive_confidence(_t(3, 4), _t(3, 4), 0.9).item() == pytest.approx(0.9)
+    assert adaptive_confidence(_t(1, 0), _t(-1, 0), 0.9).item() == 0.0  # clipped at 0
+    # cos([1, 0], [3, 4]) = 0.6 < c_max
+    assert adaptive_confidence(_t(1, 0), _t(3, 4), 0.9).item() == pytest.approx(0.6, abs=1e-15)
+
+
+def test_smooth_and_blend_by_hand():
+    assert torch.allclose(smooth(_t(1, 2), _t(3, -2), 0.25), _t(2.5, -1.0))
+    assert torch.equal(smooth(_t(1, 2), _t(3, -2), 0.0), _t(3, -2))  # c = 0: the fresh average
+    # S + (g - G) / m with m = 4
+    assert torch.allclose(blend_local(_t(1, 1), _t(5, 0), _t(1, 4), 4), _t(2, 0))
+
+
+@pytest.mark.parametrize(
+    "options, match",
+    [
+        ({"confidence": "cosine"}, "confidence must be one of adaptive, fixed"),
+        ({"c": 1.5}, r"c must be a number in \[0, 1\]"),
+        ({"c": -0.1}, r"c must be a number in \[0, 1\]"),
+        ({"c_max": 2}, r"c_max must be a number in \[0, 1\]"),
+        ({"c_max": "0.9"}, r"c_max must be a number in \[0, 1\]"),
+        ({"blend_local": "no"}, "blend_local must be true or false"),
+    ],
+)
+def test_config_rejects_bad_values(options, match):
+    with pytest.raises(ValueError, match=match):
+        Config(**options)
+
+
+# --- real gloo workers ----------------------------------------------------------------------
+
+
+def _batches(rank: int, steps: int = STEPS):
+    data = torch.Generator().manual_seed(1000 + rank)
+    return [
+        (
+            torch.randn(8, 1, 8, 8, generator=data, dtype=torch.float64),
+            torch.randint(0, 4, (8,), generator=data),
+        )
+        for _ in range(steps)
+    ]
+
+
+def _model_and_opt():
+    torch.manual_seed(0)
+    model = TinyCNN(in_channels=1, num_classes=4, width=4).double()
+    opt = torch.optim.SGD(
+        model.parameters(), lr=LR, momentum=MOMENTUM, nesterov=True, weight_decay=WD
+    )
+    return model, opt
+
+
+def _build(cfg: Config):
+    model, opt = _model_and_opt()
+    comm = Comm()
+    return model, opt, comm, PseudoSync(model, opt, comm, cfg, tau=1)
+
+
+def _flat(tensors) -> torch.Tensor:
+    return torch.cat([t.detach().reshape(-1) for t in tensors])
+
+
+def _steps(model, opt, algo, batches, start: int = 0, record=None) -> list[torch.Tensor]:
+    """The loop's hook sequence; returns the parameters after every step."""
+    params = []
+    for t, (x, y) in enumerate(batches, start):
+        loss = F.cross_entropy(model(x), y)
+        opt.zero_grad()
+        loss.backward()
+        algo.before_step(t)
+        if record is not None:
+            record(t)
+        opt.step()
+        algo.after_step(t)
+        params.append(_flat(model.parameters()))
+    return params
+
+
+def _pseudo_sync_worker(rank: int, world_size: int):
+    batches = _batches(rank)
+    out = {}
+
+    # identity 5: fixed c = 0
+    model, opt, comm, algo = _build(Config(confidence="fixed", c=0.0))
+    out["delayed"] = _steps(model, opt, algo, batches)
+    out["delayed_ledger"] = comm.ledger
+
+    # adaptive: record c_t and the applied direction
+    model, opt, comm, algo = _build(Config(c_max=C_MAX))
+    confidences, applied = [], []
+
+    def record(t):
+        confidences.append(None if algo.last_confidence is None else algo.last_confidence.item())
+        applied.append(_flat(p.grad for p in model.parameters()))
+
+    out["adaptive"] = _steps(model, opt, algo, batches, record=record)
+    out["confidences"], out["applied"] = confidences, applied
+    out["metrics"] = algo.metrics()
+    out["metrics_again"] = algo.metrics()
+    algo.finish()
+    out["adaptive_final"] = _flat(model.parameters())
+    out["adaptive_ledger"] = comm.ledger
+
+    # blend_local: replicas drift, finish() restores consensus with one extra average
+    model, opt, comm, algo = _build(Config(blend_local=True))
+    out["blend"] = _steps(model, opt, algo, batches)
+    algo.finish()
+    out["blend_final"] = _flat(model.parameters())
+    out["blend_collectives"] = comm.ledger.collectives
+
+    # state round trip: the checkpoint after 5 steps holds the drained in-flight gradient
+    model, opt, _, algo = _build(Config(c_max=C_MAX))
+    _steps(model, opt, algo, batches[:5])
+    saved = copy.deepcopy((model.state_dict(), opt.state_dict(), algo.state_dict()))
+    out["continued"] = _steps(model, opt, algo, batches[5:], start=5)
+    model, opt, _, algo = _build(Config(c_max=C_MAX))
+    model.load_state_dict(saved[0])
+    opt.load_state_dict(saved[1])
+    algo.load_state_dict(saved[2])
+    out["restored"] = _steps(model, opt, algo, batches[5:], start=5)
+    return out
+
+
+def _delayed_sgd_reference(world_size: int, delayed: bool = True) -> list[torch.Tensor]:
+    """Synchronous SGD with a one-step-delayed averaged gradient, in one process: every worker
+    computes its gradient on the common model, the average G_t is formed at once, and step t
+    applies G_{t-1} (step 0 applies G_0). `delayed=False`: plain synchronous SGD."""
+    model, opt = _model_and_opt()
+    params = list(model.parameters())
+    batches = [_batches(rank) for rank in range(world_size)]
+    previous, trajectory = None, []
+    for t in range(STEPS):
+        grads = []
+        for rank in range(world_size):
+            x, y = batches[rank][t]
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            grads.append([p.grad.clone() for p in params])
+        fresh = [sum(g[i] for g in grads) / world_size for i in range(len(params))]
+        apply = fresh if previous is None or not delayed else previous
+        for p, g in zip(params, apply, strict=True):
+            p.grad = g.clone()
+        opt.step()
+        previous = fresh
+        trajectory.append(_flat(params))
+    return trajectory
+
+
+def _spread(per_rank: list[torch.Tensor]) -> float:
+    return max((p - per_rank[0]).abs().max().item() for p in per_rank)
+
+
+@pytest.mark.dist
+def test_pseudo_sync_on_gloo_workers():
+    from tests.workers import run_workers
+
+    world_size = 2
+    results = run_workers(_pseudo_sync_worker, world_size)
+    reference = _delayed_sgd_reference(world_size)
+    numel = reference[0].numel()
+    for r in results:
+        # identity 5 of algorithms.md section 11
+        gap = max((a - b).abs().max().item() for a, b in zip(r["delayed"], reference, strict=True))
+        assert gap < 1e-10
+        # one gradient-sized collective per step (float64 here)
+        for ledger in (r["delayed_ledger"], r["adaptive_ledger"]):
+            assert ledger.bytes == STEPS * numel * 8 and ledger.collectives == STEPS
+        # adaptive confidence: none at step 0, c_max at step 1 (S_0 = G_0 = G_{t-1}), in range
+        c = r["confidences"]
+        assert c[0] is None and c[1] == pytest.approx(C_MAX)
+        assert all(0.0 <= v <= C_MAX for v in c[1:])
+        assert len(set(c[2:])) > 1  # it adapts
+        assert r["metrics"]["confidence"] == pytest.approx(sum(c[1:]) / (STEPS - 1))
+        assert r["metrics_again"] == {}
+        # step 1 applies G_0 again
+        assert (r["applied"][0] - r["applied"][1]).abs().max() < 1e-15
+        assert not torch.equal(r["applied"][1], r["applied"][2])
+        # blend_local: one extra average at finish()
+        assert r["blend_collectives"] == STEPS + 1
+        for a, b in zip(r["continued"], r["restored"], strict=True):
+            assert torch.equal(a, b)
+    # training moved, and the delay matters
+    assert (reference[0] - reference[-1]).abs().max() > 1e-3
+    assert (
+        reference[-1] - _delayed_sgd_reference(world_size, delayed=False)[-1]
+    ).abs().max() > 1e-4
+    # replicas identical every step without blend_local, drifting with it; consensus at the end
+    for t in range(STEPS):
+        assert _spread([r["adaptive"][t] for r in results]) < 1e-12
+        assert _spread([r["delayed"][t] for r in results]) < 1e-12
+    assert max(_spread([r["blend"][t] for r in results]) for t in range(STEPS)) > 1e-6
+    assert _spread([r["adaptive_final"] for r in results]) < 1e-12
+    assert _spread([r["blend_final"] for r in results]) < 1e-12
