@@ -84,3 +84,20 @@ def test_missing_cifar10_says_where_to_put_it(tmp_path):
     )
     assert_user_error(proc, str(root), "cifar-10-batches-py")
     assert_nothing_completed(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "overrides, fragments",
+    [
+        (("algorithm=overlap_local_sgd", "algorithm.alpha=1.5"), ("alpha", "[0, 1]")),
+        (("algorithm=overlap_local_sgd", "algorithm.beta=1"), ("beta", "[0, 1)")),
+        (("algorithm=easgd", "workers=4", "algorithm.alpha=0.3"), ("alpha < 1", "unstable")),
+        (("algorithm=powersgd", "algorithm.rank=0"), ("rank",)),
+        (("algorithm=losp", "algorithm.compensation=magic"), ("compensation", "delta")),
+        (("algorithm=local_sgd", "+algorithm.alpha=0.5"), ("has no option alpha",)),
+    ],
+)
+def test_bad_algorithm_knob_is_one_line_and_exit_2(tmp_path, overrides, fragments):
+    proc = run_py(*FAST, *overrides, f"out_root={tmp_path}")
+    assert_user_error(proc, *fragments)
+    assert_nothing_completed(tmp_path)
