@@ -8,6 +8,10 @@ papers' claims are about bytes sent and communication time exposed to the worker
 
 Averages are computed as SUM then divide by m: `ReduceOp.AVG` exists on gloo only since torch
 ~2.7 and the suite supports older clusters' builds.
+
+Time (timing.md): each accounted collective asks the worker's clock for its modeled duration.
+Blocking waits are exposed communication; for a non-blocking one, the part of its duration
+that passed while the worker computed is hidden (`hidden_s`) and only the wait is exposed.
 """
 
 from __future__ import annotations
@@ -52,28 +56,120 @@ class Ledger:
     bytes: int = 0  # payload bytes handed to collectives
     collectives: int = 0  # number of collectives launched
     exposed_s: float = 0.0  # time blocked waiting for a collective to finish
+    hidden_s: float = 0.0  # duration of async collectives that overlapped computation
+
+
+class WallClock:
+    """The default clock: wall time, no emulation (a Comm built without a run's clock)."""
+
+    virtual = False
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def duration(self, nbytes: int, m: int) -> float:
+        return 0.0
+
+
+class _Collective:
+    """One accounted all-reduce in flight, with the times the clock model needs.
+
+    Real clock: `earliest` is launch + modeled duration (0 without network emulation), and the
+    real completion time is stamped by a callback on the work's future. Virtual clock: a second,
+    bookkeeping all-reduce (MAX, float64) carries the workers' launch clocks, so every worker
+    computes the same completion max_j c_j + T.
+    """
+
+    def __init__(self, comm: Comm, flat: torch.Tensor, async_op: bool):
+        clock, m = comm.clock, comm.world_size
+        self.comm, self.flat = comm, flat
+        self.launch = clock.now()
+        self.duration = clock.duration(flat.numel() * flat.element_size(), m)
+        self.real_done: float | None = None
+        self.work = self.clock_work = None
+        self.clocks = None
+        if m > 1:
+            self.work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=comm.group, async_op=True)
+            if clock.virtual:
+                self.clocks = torch.tensor([self.launch], dtype=torch.float64, device=comm.device)
+                self.clock_work = dist.all_reduce(
+                    self.clocks, op=dist.ReduceOp.MAX, group=comm.group, async_op=True
+                )
+            elif async_op:
+                self.work.get_future().add_done_callback(self._stamp)
+        else:
+            self.real_done = self.launch
+
+    def _stamp(self, _future) -> None:
+        self.real_done = time.perf_counter()
+
+    def _completion(self) -> float:
+        """Virtual clock: max_j c_j + T, known once the clock all-reduce has arrived."""
+        if self.clock_work is not None:
+            self.clock_work.wait()
+            self.clock_work = None
+        latest = self.clocks.item() if self.clocks is not None else self.launch
+        return latest + self.duration
+
+    def is_completed(self) -> bool:
+        clock = self.comm.clock
+        if clock.virtual:
+            return clock.now() >= self._completion()
+        if self.work is not None and not self.work.is_completed():
+            return False
+        return clock.now() >= self.launch + self.duration
+
+    def wait(self, blocking: bool) -> None:
+        """Wait until the collective is complete; account exposed and hidden time."""
+        clock, ledger = self.comm.clock, self.comm.ledger
+        if clock.virtual:
+            completion = self._completion()
+            if self.work is not None:
+                self.work.wait()  # real time, not modeled time: costs nothing on this clock
+            start = clock.now()
+            if not blocking:
+                ledger.hidden_s += max(0.0, min(completion, start) - self.launch)
+            ledger.exposed_s += max(0.0, completion - start)
+            clock.t = max(start, completion)
+            return
+        start = clock.now()
+        if self.work is not None:
+            self.work.wait()
+            if self.flat.is_cuda:
+                torch.cuda.current_stream().synchronize()
+        earliest = self.launch + self.duration
+        if clock.now() < earliest:  # network emulation: sleep off the modeled remainder
+            time.sleep(earliest - clock.now())
+        end = clock.now()
+        if not blocking:
+            done = max(self.real_done or start, earliest)
+            ledger.hidden_s += max(0.0, min(done, start) - self.launch)
+        ledger.exposed_s += end - start
 
 
 class Pending:
     """A collective in flight. `wait()` blocks (the blocked time is exposed communication)."""
 
-    def __init__(self, comm: Comm, work: dist.Work | None, flat: torch.Tensor, like, account):
-        self._comm, self._work, self._flat, self._like = comm, work, flat, like
-        self._account = account
-        self._done = work is None
+    def __init__(self, comm: Comm, collective, flat: torch.Tensor, like):
+        self._comm, self._collective, self._flat, self._like = comm, collective, flat, like
+        self._done = False
 
     def is_completed(self) -> bool:
-        return self._done or self._work.is_completed()
+        """Has the average arrived? On the virtual clock: has this worker's clock reached the
+        collective's modeled completion (timing.md)."""
+        if self._done:
+            return True
+        if isinstance(self._collective, _Collective):
+            return self._collective.is_completed()
+        return self._collective is None or self._collective.is_completed()
 
     def wait(self) -> list[torch.Tensor]:
         """Block until the average has arrived; return it shaped like the inputs."""
         if not self._done:
-            start = time.perf_counter()
-            self._work.wait()
-            if self._flat.is_cuda:
-                torch.cuda.current_stream().synchronize()
-            if self._account:
-                self._comm.ledger.exposed_s += time.perf_counter() - start
+            if isinstance(self._collective, _Collective):
+                self._collective.wait(blocking=False)
+            elif self._collective is not None:  # a bookkeeping collective: not accounted
+                self._collective.wait()
             self._flat.div_(self._comm.world_size)
             self._done = True
         return unflatten(self._flat, self._like)
@@ -82,20 +178,25 @@ class Pending:
 class Comm:
     """Averaging over the workers of `group`, with a ledger of bytes, collectives and waits.
 
-    `account=False` is for bookkeeping collectives (evaluation, metric reduction) that are not
-    part of the algorithm and so must not appear in `comm/bytes` or the exposed time.
+    `clock` is the worker's clock (experiments/clock.py): real (optionally emulating the
+    network) or virtual; without one, plain wall time. `account=False` is for bookkeeping
+    collectives (evaluation, metric reduction) that are not part of the algorithm: they are not
+    in `comm/bytes`, take no modeled time and are not in the exposed time.
     """
 
-    def __init__(self, group: dist.ProcessGroup | None = None):
+    def __init__(self, group: dist.ProcessGroup | None = None, clock=None):
         self.group = group
         self.world_size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
+        self.clock = clock if clock is not None else WallClock()
         self.ledger = Ledger()
 
     def _launch(self, flat: torch.Tensor, account: bool, async_op: bool):
+        """Start a SUM all-reduce of `flat`; returns the handle (None when alone)."""
         if account:
             self.ledger.bytes += flat.numel() * flat.element_size()
             self.ledger.collectives += 1
+            return _Collective(self, flat, async_op)
         if self.world_size == 1:
             return None
         return dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group, async_op=async_op)
@@ -103,12 +204,9 @@ class Comm:
     def _sum_blocking(self, tensors: list[torch.Tensor], account: bool) -> torch.Tensor:
         """One blocking SUM all-reduce of `tensors` as one flat buffer; returns the buffer."""
         flat = flatten(tensors)
-        start = time.perf_counter()
-        self._launch(flat, account, async_op=False)
-        if flat.is_cuda:
-            torch.cuda.current_stream().synchronize()
-        if account:
-            self.ledger.exposed_s += time.perf_counter() - start
+        handle = self._launch(flat, account, async_op=False)
+        if isinstance(handle, _Collective):
+            handle.wait(blocking=True)
         return flat
 
     def mean_(self, tensors: Sequence[torch.Tensor], *, account: bool = True) -> None:
@@ -129,8 +227,7 @@ class Comm:
         """
         tensors = list(tensors)
         flat = flatten(tensors)
-        work = self._launch(flat, account, async_op=True)
-        return Pending(self, work, flat, tensors, account)
+        return Pending(self, self._launch(flat, account, async_op=True), flat, tensors)
 
     def broadcast_(self, tensors: Sequence[torch.Tensor], src: int = 0) -> None:
         """Overwrite `tensors` with rank `src`'s values (set-up: never accounted).

@@ -76,10 +76,11 @@ Deviations from the paper and the reference code (all [I]):
   aggregate that is already there gives an empty window). W = 0 waits at once.
 - Momentum buffers are the local torch SGD's and are never averaged or reset; BatchNorm
   running statistics are never communicated (as all repo algorithms).
-- TODO(issue #4): with `timing=virtual` the arrival is decided on the worker's virtual clock
-  (timing.md); with `network=ideal` and homogeneous workers the window is then empty and OSP
-  equals `local_sgd` with the same tau (algorithms.md section 11, identity 4). Until then the
-  identity is tested with `max_overlap_steps=0`; `timing=real` uses `Work.is_completed()`.
+- Arrival is `Pending.is_completed()` on the run's clock (timing.md): with `timing=real` the
+  collective has completed (and, with `emulate_network`, its modeled duration has passed);
+  with `timing=virtual` the worker's virtual clock has reached the modeled completion, so with
+  `network=ideal` and homogeneous workers the window is empty and OSP equals `local_sgd` with
+  the same tau (algorithms.md section 11, identity 4; tests/test_timing.py).
 
 Metrics: `local_steps` (mean local steps per round completed since the last call, tau plus the
 window) and `window_steps` (mean window length), this worker's values.
@@ -154,8 +155,8 @@ class OSP(Algorithm):
         return "none", 0.0
 
     def arrived(self) -> bool:
-        """Whether the in-flight aggregate is here (timing=real: the collective completed).
-        TODO(issue #4): under timing=virtual, decided on the worker's virtual clock."""
+        """Whether the in-flight aggregate is here, on the run's clock (real: the collective
+        completed; virtual: this worker's clock reached its modeled completion)."""
         return self.pending.is_completed()
 
     def after_step(self, t: int) -> None:

@@ -21,14 +21,25 @@ __all__ = ["TAU_LESS", "final_accuracy_table", "to_markdown", "write_table"]
 
 NO_TAU = "-"
 
+# Markdown headers of the usual `extra` columns; others are named like the value column.
+_EXTRA_HEADERS = {
+    "summary.comm/ratio": "comm/compute",
+    "summary.time/train_s": "train time (s)",
+}
+
 
 def final_accuracy_table(
     summaries: pd.DataFrame,
     rows: Sequence[str] = ("algorithm.name", "tau"),
     value: str = "summary.final/test_acc",
+    extra: Sequence[str] = (),
 ) -> pd.DataFrame:
     """Group runs by `rows` and give `mean`, `std` (sample; NaN when n=1) and `n` of `value`,
     and `diverged`, the number of runs that diverged.
+
+    Each column in `extra` (e.g. `summary.comm/ratio`, `summary.time/train_s`) adds a column of
+    that name holding its mean over the same runs as `mean` (diverged runs left out, as they
+    stopped early); none by default.
 
     A diverged run's final accuracy is that of a non-finite model, so it is left out of the
     mean, std and n and counted apart: divergence is a result the table shows (the non-IID
@@ -38,7 +49,8 @@ def final_accuracy_table(
     configs hold. Rows are sorted by algorithm (contract order) then tau numerically.
     """
     rows = list(rows)
-    missing = [c for c in [*rows, value] if c not in summaries.columns]
+    extra = list(extra)
+    missing = [c for c in [*rows, value, *extra] if c not in summaries.columns]
     if missing:
         raise UserError(f"no column {missing[0]!r} in the runs (have: {', '.join(summaries)})")
     frame = summaries
@@ -62,18 +74,24 @@ def final_accuracy_table(
     table = values.groupby(keys, dropna=False, sort=False).agg(["mean", "std", "count"])
     table = table.rename(columns={"count": "n"})
     table["diverged"] = diverged.groupby(keys, dropna=False, sort=False).sum().astype(int)
+    for column in extra:
+        numbers = pd.to_numeric(frame[column], errors="coerce").mask(diverged)
+        table[column] = numbers.groupby(keys, dropna=False, sort=False).mean()
     table = table.reset_index()
     table = table.iloc[sorted(range(len(table)), key=lambda i: _row_key(table.iloc[i], rows))]
     table = table.reset_index(drop=True)
     # to_markdown names the value column after what was aggregated.
     table.attrs["value"] = value
+    table.attrs["extra"] = tuple(extra)
     return table
 
 
 def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
-    """A Markdown table: the row columns, `<value>` as `mean ± std` (fractions), `n`, and,
-    when any run diverged, `diverged` as k/(runs)."""
-    rows = [c for c in table.columns if c not in ("mean", "std", "n", "diverged")]
+    """A Markdown table: the row columns, `<value>` as `mean ± std` (fractions), the `extra`
+    columns of `final_accuracy_table` (ratios in percent), `n`, and, when any run diverged,
+    `diverged` as k/(runs)."""
+    extra = [c for c in table.attrs.get("extra", ()) if c in table.columns]
+    rows = [c for c in table.columns if c not in ("mean", "std", "n", "diverged", *extra)]
     header = _value_header(table.attrs.get("value", "summary.final/test_acc"))
     shown = pd.DataFrame({_row_header(c): table[c].map(_cell) for c in rows})
     diverged = table["diverged"] if "diverged" in table.columns else pd.Series(0, table.index)
@@ -81,6 +99,8 @@ def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
         "diverged" if n == 0 and k > 0 else _mean_std(mean, std, digits)
         for mean, std, n, k in zip(table["mean"], table["std"], table["n"], diverged, strict=True)
     ]
+    for column in extra:
+        shown[_extra_header(column)] = [_extra_cell(column, v, digits) for v in table[column]]
     shown["n"] = table["n"].astype(int).astype(str)
     if diverged.any():
         shown["diverged"] = [f"{k}/{k + n}" for k, n in zip(diverged, table["n"], strict=True)]
@@ -150,6 +170,22 @@ def _mean_std(mean: float, std: float, digits: int) -> str:
 def _value_header(value: str) -> str:
     # "summary.final/test_acc" -> "final test acc"
     return value.removeprefix("summary.").replace("/", " ").replace("_", " ")
+
+
+def _extra_header(column: str) -> str:
+    return _EXTRA_HEADERS.get(column, _value_header(column))
+
+
+def _extra_cell(column: str, value: Any, digits: int) -> str:
+    number = _number(value)
+    if number is None:
+        return "–"
+    if column.endswith("ratio"):
+        return f"{100 * number:.1f}%"
+    if column.endswith("_s"):
+        # three significant digits, whole seconds from 1000 s on
+        return f"{number:.3g}" if abs(number) < 1000 else f"{number:.0f}"
+    return f"{number:.{digits}g}"
 
 
 def _row_header(column: str) -> str:

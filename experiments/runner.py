@@ -23,6 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 import algorithms
 from experiments import dist as d
+from experiments.clock import make_clock
 from experiments.errors import UserError
 from experiments.records import (
     CONFIG,
@@ -36,7 +37,7 @@ from experiments.records import (
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 WANDB_MODES = ("disabled", "offline", "online")
-TIMINGS = ("real",)  # `virtual` arrives with the timing model (timing.md)
+TIMINGS = ("real", "virtual")  # timing.md
 
 
 def validate(cfg: dict[str, Any]) -> None:
@@ -66,9 +67,13 @@ def validate(cfg: dict[str, Any]) -> None:
     if cfg.get("dtype", "float32") not in DTYPES:
         raise UserError(f"dtype must be one of {', '.join(DTYPES)}, got {cfg.get('dtype')!r}")
     if cfg["timing"] not in TIMINGS:
-        raise UserError(
-            f"timing={cfg['timing']} is not available yet; choose from {', '.join(TIMINGS)}"
-        )
+        raise UserError(f"timing must be one of {', '.join(TIMINGS)}, got {cfg['timing']!r}")
+    if cfg["timing"] == "virtual" and (cfg.get("emulate_network") or cfg.get("emulate_compute")):
+        raise UserError("emulate_network / emulate_compute apply to timing=real only")
+    try:
+        make_clock(cfg, rank=0, m=cfg["workers"])
+    except (ValueError, TypeError) as e:
+        raise UserError(str(e)) from None
     if cfg["wandb"]["mode"] not in WANDB_MODES:
         raise UserError(f"wandb.mode must be one of {', '.join(WANDB_MODES)}")
     algo = dict(cfg["algorithm"])
@@ -206,7 +211,7 @@ def train_worker(cfg: dict, run_dir: Path, worker: d.Worker, backend: str, bundl
     rank, m, seed = worker.rank, worker.world_size, cfg["seed"]
     device = d.device_for(backend, worker.local_rank)
     dtype = DTYPES[cfg.get("dtype", "float32")]
-    comm = Comm()
+    comm = Comm(clock=make_clock(cfg, rank, m))
 
     if bundle is None:
         bundle = load_dataset(cfg["dataset"])

@@ -15,7 +15,18 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis.figures import ALGORITHM_COLOURS, accuracy_curves, algorithm_colour, curves_figure
+from analysis.figures import (
+    ALGORITHM_COLOURS,
+    accuracy_curves,
+    algorithm_colour,
+    breakdown_figure,
+    clock_of,
+    curves_figure,
+    time_breakdown,
+    time_curves,
+    time_figure,
+    time_per_epoch,
+)
 from analysis.load import find_runs, load_runs, load_summaries, read_metrics
 from analysis.report import main, report
 from analysis.tables import TAU_LESS, final_accuracy_table, to_markdown, write_table
@@ -40,9 +51,28 @@ RUNS = [
     ("osp", 2, 0, 0.60, "running"),
 ]
 KEPT = [r for r in RUNS if r[4] in ("completed", "diverged")]
+NETWORK = "ethernet40g"
 
 
-def make_config(algorithm: str, tau: int, seed: int) -> dict:
+def ledger_per_epoch(algorithm: str, tau: int, seed: int) -> dict[str, float]:
+    """The fake time ledger's growth per epoch: seeds differ a little in compute and exposed
+    communication, periodic methods expose 1/tau of sync_sgd's communication."""
+    compute = 0.8 + 0.01 * seed
+    exposed = (0.3 if algorithm in TAU_LESS else 0.3 / tau) + 0.005 * seed
+    data, other = 0.05, 0.02
+    return {
+        "time/train_s": compute + exposed + data + other,
+        "time/compute_s": compute,
+        "time/comm_exposed_s": exposed,
+        "time/comm_hidden_s": 0.1,
+        "time/data_s": data,
+        "time/eval_s": 0.2,
+        "comm/bytes": 1000 if algorithm in TAU_LESS else 1000 // tau,
+        "comm/collectives": 10 if algorithm in TAU_LESS else 10 // tau,
+    }
+
+
+def make_config(algorithm: str, tau: int, seed: int, timing: str = "virtual") -> dict:
     return {
         "algorithm": {"name": algorithm, "alpha": 0.5},
         "tau": tau,
@@ -52,7 +82,8 @@ def make_config(algorithm: str, tau: int, seed: int) -> dict:
         "dataset": {"name": "digits", "root": "data"},
         "model": {"name": "resnet18", "width": 8},
         "partition": {"name": "iid"},
-        "network": {"name": "ideal", "bandwidth_gbps": None},
+        "network": {"name": NETWORK, "bandwidth_gbps": 40.0, "latency_s": 1e-5},
+        "timing": timing,
         "experiment_name": "demo",
         "scale": {"name": "cpu"},
         "lr": 0.1,
@@ -73,8 +104,13 @@ def write_run(
     status: str = "completed",
     num_evals: int = NUM_EVALS,
     trailing: str = "",
+    ledger: bool = True,
 ) -> Path:
-    """A run dir in the training code's format: config.yaml, .hydra/, metrics.jsonl, summary."""
+    """A run dir in the training code's format: config.yaml, .hydra/, metrics.jsonl, summary.
+
+    The metric rows carry the cumulative time ledger of timing.md (`ledger_per_epoch` times the
+    epoch) and the summary its final values; `ledger=False` writes a run from before the ledger.
+    """
     run_dir.mkdir(parents=True)
     config = make_config(algorithm, tau, seed)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
@@ -82,7 +118,11 @@ def write_run(
     hydra_config = {**config, "experiment_name": "${oc.env:NO_SUCH_VAR_FOR_TEST}"}
     (run_dir / ".hydra" / "config.yaml").write_text(yaml.safe_dump(hydra_config))
     lines = []
+    per_epoch = ledger_per_epoch(algorithm, tau, seed)
+    cumulative: dict[str, float] = {}
     for e in range(num_evals):
+        cumulative = {key: value * (e + 1) for key, value in per_epoch.items()}
+        cumulative["comm/ratio"] = cumulative["time/comm_exposed_s"] / cumulative["time/compute_s"]
         record = {
             "step": 10 * (e + 1),
             "epoch": e + 1,
@@ -91,13 +131,12 @@ def write_run(
             "test/acc": acc_at(final, e),
             "test/acc_local": acc_at(final, e) - 0.01,
             "lr": 0.1 / (e + 1),
-            # Seeds differ in wall-clock, as real runs do.
-            "time/train_s": 1.0 * (e + 1) + 0.1 * seed,
-            "time/compute_s": 0.8 * (e + 1),
-            "time/comm_exposed_s": 0.2 * (e + 1),
-            "comm/bytes": 1000 * (e + 1),
             "comm/wait_s": 0.01,
         }
+        if ledger:
+            record.update(cumulative)
+        else:
+            record["comm/bytes"] = 1000 * (e + 1)
         lines.append(json.dumps(record) + "\n")
     (run_dir / "metrics.jsonl").write_text("".join(lines) + trailing)
     summary = {
@@ -106,13 +145,17 @@ def write_run(
         "best/test_acc": final,
         "final/train_loss": 2.0 / max(num_evals, 1),
         "steps": 10 * num_evals,
-        "time/train_s": float(num_evals),
-        "comm/bytes": 1000 * num_evals,
+        "time/train_s": cumulative.get("time/train_s", 0.0),
+        "comm/bytes": cumulative.get("comm/bytes", 0),
         "world_size": 4,
         "git_sha": "abc123",
         "torch_version": "2.4.0",
         "data_card": {"worker_0": [10, 12, 9], "worker_1": [11, 10, 10]},
     }
+    if ledger:
+        summary.update({k: v for k, v in cumulative.items() if k.startswith(("time/", "comm/"))})
+    else:
+        summary["time/train_s"] = float(num_evals)
     (run_dir / "summary.json").write_text(json.dumps(summary))
     return run_dir
 
@@ -337,6 +380,39 @@ def test_write_table_writes_markdown_and_raw_csv(tmp_path, summaries) -> None:
     assert back["n"].tolist() == table["n"].tolist()
 
 
+RATIO, TRAIN = "summary.comm/ratio", "summary.time/train_s"
+
+
+def test_table_extra_columns_are_means_over_the_counted_runs(summaries: pd.DataFrame) -> None:
+    table = final_accuracy_table(summaries, extra=(RATIO, TRAIN))
+    assert list(table.columns) == ["algorithm.name", "tau", "mean", "std", "n", "diverged", RATIO,
+                                   TRAIN]  # fmt: skip
+    # by hand from the fake ledger: exposed / compute of each completed seed, then the mean
+    local2 = [ledger_per_epoch("local_sgd", 2, seed) for seed in (0, 1, 2)]
+    ratios = [r["time/comm_exposed_s"] / r["time/compute_s"] for r in local2]
+    row = table[(table["algorithm.name"] == "local_sgd") & (table["tau"] == 2)].iloc[0]
+    assert row[RATIO] == pytest.approx(statistics.mean(ratios))
+    assert row[TRAIN] == pytest.approx(
+        statistics.mean(NUM_EVALS * r["time/train_s"] for r in local2)
+    )
+    # the diverged powersgd run stopped early: like its accuracy, its times are not averaged
+    assert math.isnan(table.loc[table["algorithm.name"] == "powersgd", RATIO].iloc[0])
+    markdown = to_markdown(table).splitlines()
+    assert "| comm/compute" in markdown[0] and "| train time (s)" in markdown[0]
+    assert markdown[0].index("final test acc") < markdown[0].index("comm/compute")
+    local2_line = next(line for line in markdown if "local_sgd" in line and "| 2 " in line)
+    assert f"| {100 * statistics.mean(ratios):.1f}%" in local2_line
+    assert "| 19.1%" in local2_line  # 0.3/2 exposed per 0.8 compute, seeds a little apart
+    assert "| 9.4%" in next(line for line in markdown if "local_sgd" in line and "| 4 " in line)
+    # the default table is unchanged
+    assert to_markdown(final_accuracy_table(summaries)).count("%") == 0
+
+
+def test_table_unknown_extra_column_is_a_user_error(summaries: pd.DataFrame) -> None:
+    with pytest.raises(UserError, match="no_such"):
+        final_accuracy_table(summaries, extra=("summary.no_such",))
+
+
 # --- figures ----------------------------------------------------------------------------------
 
 
@@ -385,6 +461,182 @@ def test_curves_without_evaluations_are_a_user_error(summaries: pd.DataFrame) ->
         curves_figure(summaries)
 
 
+# --- time figures -----------------------------------------------------------------------------
+
+LABEL_ORDER = ["sync_sgd", "local_sgd (tau=2)", "local_sgd (tau=4)", "local_sgd (tau=16)",
+               "powersgd"]  # fmt: skip
+
+
+def last_rows(frame: pd.DataFrame) -> dict[str, list[dict]]:
+    """Each run's last metrics.jsonl line, read from disk, grouped by the run's label."""
+    rows: dict[str, list[dict]] = {}
+    for run_dir, label in frame.drop_duplicates("run_dir")[["run_dir", "label"]].to_numpy():
+        rows.setdefault(label, []).append(read_metrics(Path(run_dir) / "metrics.jsonl")[-1])
+    return rows
+
+
+def by_hand(rows: list[dict]) -> dict[str, float]:
+    """Per-epoch compute, exposed comm, data and clipped other, mean over the runs."""
+
+    def mean(f) -> float:
+        return statistics.mean(f(r) / r["epoch"] for r in rows)
+
+    parts = ("time/compute_s", "time/comm_exposed_s", "time/data_s")
+    return {
+        "compute": mean(lambda r: r["time/compute_s"]),
+        "exposed communication": mean(lambda r: r["time/comm_exposed_s"]),
+        "data loading": mean(lambda r: r["time/data_s"]),
+        "other": mean(lambda r: max(r["time/train_s"] - sum(r[p] for p in parts), 0.0)),
+        "ratio": statistics.mean(r["comm/ratio"] for r in rows),
+    }
+
+
+@pytest.fixture(scope="module")
+def time_fig(frame: pd.DataFrame):
+    return time_figure(frame)
+
+
+@pytest.fixture(scope="module")
+def breakdown(frame: pd.DataFrame):
+    return breakdown_figure(frame)
+
+
+def test_time_figures_write_png_and_pdf(tmp_path, frame) -> None:
+    import matplotlib.pyplot as plt
+
+    before = plt.get_fignums()
+    png, pdf = time_curves(frame, tmp_path / "figs")
+    assert (png.name, pdf.name) == ("time.png", "time.pdf")
+    assert_png_and_pdf(png, pdf)
+    png, pdf = time_breakdown(frame, tmp_path / "figs")
+    assert (png.name, pdf.name) == ("time_breakdown.png", "time_breakdown.pdf")
+    assert_png_and_pdf(png, pdf)
+    assert plt.get_fignums() == before  # nothing left open
+
+
+def test_time_axis_names_the_clock(frame, time_fig, capsys) -> None:
+    assert [ax.get_xlabel() for ax in time_fig.axes] == ["training time, virtual (s)"] * 2
+    assert [ax.get_ylabel() for ax in time_fig.axes] == [
+        "test accuracy (consensus model)",
+        "training loss",
+    ]
+    real = frame.assign(timing="real")
+    assert time_figure(real, y="test/acc").axes[0].get_xlabel() == "training time, wall-clock (s)"
+    assert capsys.readouterr().err == ""
+    mixed = frame.assign(timing=["real" if a == "sync_sgd" else "virtual" for a in frame["label"]])
+    fig = time_figure(mixed, y="test/acc")
+    assert fig.axes[0].get_xlabel() == "training time (s; mixed clocks)"
+    err = capsys.readouterr().err
+    assert err.startswith("warning:") and len(err.splitlines()) == 1
+    # a run without `timing` predates the virtual clock: wall-clock
+    assert clock_of(frame.drop(columns="timing")) == "real"
+    assert clock_of(mixed) == "mixed" and clock_of(frame) == "virtual"
+
+
+def test_time_figure_draws_each_run_and_an_epoch_aligned_mean(frame, time_fig) -> None:
+    num_runs = frame["run_dir"].nunique()
+    for ax in time_fig.axes:
+        gids = [line.get_gid() for line in ax.lines]
+        assert sum(g.startswith("run:") for g in gids) == num_runs
+        # a mean line only where a label has several seeds
+        assert sorted(g for g in gids if g.startswith("mean:")) == [
+            "mean:local_sgd (tau=2)",
+            "mean:sync_sgd",
+        ]
+    legend = [t.get_text() for t in time_fig.axes[-1].get_legend().texts]
+    assert legend == LABEL_ORDER
+    # The mean joins, per epoch, the seeds' mean training time to their mean accuracy.
+    (mean,) = [line for line in time_fig.axes[0].lines if line.get_gid() == "mean:sync_sgd"]
+    seeds = [(1, 0, 0.90), (1, 1, 0.92), (4, 2, 0.91)]
+    per_epoch = [ledger_per_epoch("sync_sgd", t, s)["time/train_s"] for t, s, _ in seeds]
+    times = [statistics.mean(k * t for t in per_epoch) for k in range(1, NUM_EVALS + 1)]
+    accs = [statistics.mean(acc_at(f, e) for _, _, f in seeds) for e in range(NUM_EVALS)]
+    assert list(mean.get_xdata()) == pytest.approx(times)
+    assert list(mean.get_ydata()) == pytest.approx(accs)
+    assert mean.get_color() == ALGORITHM_COLOURS["sync_sgd"]
+
+
+def test_breakdown_bars_are_per_epoch_means_of_the_last_rows(frame, breakdown) -> None:
+    ax = breakdown.axes[0]
+    assert [t.get_text() for t in ax.get_yticklabels()] == LABEL_ORDER
+    bars = {c.get_label(): c.patches for c in ax.containers}
+    assert list(bars) == ["compute", "exposed communication", "data loading", "other"]
+    expected = last_rows(frame)
+    for i, label in enumerate(LABEL_ORDER):
+        hand = by_hand(expected[label])
+        left = 0.0
+        for part, patches in bars.items():
+            assert patches[i].get_width() == pytest.approx(hand[part]), (label, part)
+            assert patches[i].get_x() == pytest.approx(left)  # stacked
+            left += hand[part]
+    # and in plain numbers, for local_sgd tau=4 (one seed): 0.8 + 0.3/4 + 0.05 + 0.02 per epoch
+    widths = [bars[part][2].get_width() for part in bars]
+    assert widths == pytest.approx([0.8, 0.075, 0.05, 0.02])
+    table = time_per_epoch(frame)
+    assert list(table.index) == LABEL_ORDER
+    assert table["runs"].tolist() == [3, 3, 1, 1, 1]
+
+
+def test_breakdown_annotates_the_comm_compute_ratio(frame, breakdown) -> None:
+    ax = breakdown.axes[0]
+    expected = last_rows(frame)
+    texts = [t.get_text() for t in ax.texts]
+    assert texts == [f"{100 * by_hand(expected[label])['ratio']:.1f}%" for label in LABEL_ORDER]
+    assert texts[0] == "37.7%" and texts[2] == "9.4%" and texts[3] == "2.3%"
+    assert f"network {NETWORK}" in ax.get_title()
+    assert ax.get_xlabel() == "training time per epoch, virtual (s)"
+    # A colour per algorithm on the axis, as in the curves.
+    colours = [mcolors.to_hex(t.get_color()) for t in ax.get_yticklabels()]
+    assert colours[0] == ALGORITHM_COLOURS["sync_sgd"]
+    assert colours[-1] == ALGORITHM_COLOURS["powersgd"]
+
+
+def test_breakdown_title_names_no_network_when_runs_differ(frame) -> None:
+    networks = ["wan" if label == "sync_sgd" else NETWORK for label in frame["label"]]
+    ax = breakdown_figure(frame.assign(**{"network.name": networks})).axes[0]
+    assert "network" not in ax.get_title()
+
+
+def test_breakdown_takes_the_last_epoch_and_clips_other_at_zero() -> None:
+    # Run a's parts add up to more than its training time (a real clock's jitter): other = 0.
+    # Its last evaluation comes first in the frame; the largest epoch is what counts.
+    frame = pd.DataFrame(
+        {
+            "run_dir": ["a", "a", "b", "b"],
+            "algorithm.name": ["local_sgd"] * 4,
+            "tau": [2] * 4,
+            "epoch": [2, 1, 1, 2],
+            "time/train_s": [2.0, 1.0, 1.5, 3.0],
+            "time/compute_s": [1.5, 0.75, 1.0, 2.0],
+            "time/comm_exposed_s": [0.6, 0.3, 0.2, 0.4],
+        }
+    )
+    table = time_per_epoch(frame)
+    assert list(table.index) == ["local_sgd (tau=2)"] and "data_s" not in table.columns
+    row = table.iloc[0]
+    assert row["compute_s"] == pytest.approx((0.75 + 1.0) / 2)
+    assert row["comm_exposed_s"] == pytest.approx((0.3 + 0.2) / 2)
+    assert row["other_s"] == pytest.approx((0.0 + 0.3) / 2)
+    # no comm/ratio logged: exposed / compute of each run
+    assert row["comm_ratio"] == pytest.approx((0.6 / 1.5 + 0.4 / 2.0) / 2)
+    ax = breakdown_figure(frame).axes[0]
+    assert [c.get_label() for c in ax.containers] == [
+        "compute",
+        "exposed communication",
+        "other (incl. data loading)",
+    ]
+    assert [t.get_text() for t in ax.texts] == ["30.0%"]
+    # wall-clock: no `timing` key
+    assert ax.get_xlabel() == "training time per epoch, wall-clock (s)"
+
+
+def test_breakdown_without_the_ledger_is_a_user_error(frame: pd.DataFrame) -> None:
+    with pytest.raises(UserError, match="time/compute_s"):
+        time_per_epoch(frame.drop(columns="time/compute_s"))
+    with pytest.raises(UserError, match="time/train_s"):
+        time_figure(frame.drop(columns="time/train_s"))
+
+
 # --- report -----------------------------------------------------------------------------------
 
 
@@ -394,6 +646,45 @@ def test_report_writes_table_and_figure(tmp_path, runs_root) -> None:
     assert result["table_md"].read_text().strip() == result["markdown"]
     assert result["table_csv"].name == "table1.csv"
     assert_png_and_pdf(result["figure_png"], result["figure_pdf"])
+    assert_png_and_pdf(result["time_png"], result["time_pdf"])
+    assert_png_and_pdf(result["breakdown_png"], result["breakdown_pdf"])
+    assert result["time_png"] == tmp_path / "out" / "time.png"
+    assert result["breakdown_pdf"] == tmp_path / "out" / "time_breakdown.pdf"
+    # The summaries carry the ledger: the table shows the ratio and the training time.
+    header = result["markdown"].splitlines()[0]
+    assert "comm/compute" in header and "train time (s)" in header
+    assert "| 37.7%" in result["markdown"]
+    assert list(pd.read_csv(result["table_csv"]).columns[-2:]) == [RATIO, TRAIN]
+
+
+def test_report_on_runs_without_the_ledger_skips_the_time_figures(tmp_path, capsys) -> None:
+    for seed in (0, 1):
+        write_run(tmp_path / "runs" / str(seed), "local_sgd", 2, seed, 0.8, ledger=False)
+    result = report([tmp_path / "runs"], tmp_path / "out")
+    assert_png_and_pdf(result["figure_png"], result["figure_pdf"])
+    assert all(
+        result[k] is None for k in ("time_png", "time_pdf", "breakdown_png", "breakdown_pdf")
+    )
+    assert not (tmp_path / "out" / "time.png").exists()
+    err = capsys.readouterr().err
+    assert err.startswith("note: no time/train_s") and len(err.splitlines()) == 1
+    # no ratio in the summaries, no ratio column; the training time is there
+    header = result["markdown"].splitlines()[0]
+    assert "comm/compute" not in header and "%" not in result["markdown"]
+    assert "train time (s)" in header
+
+
+def test_report_with_time_but_no_breakdown_ledger_draws_the_time_figure(tmp_path, capsys) -> None:
+    for seed in (0, 1):
+        run = write_run(tmp_path / "runs" / str(seed), "local_sgd", 2, seed, 0.8)
+        rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text().splitlines()]
+        for row in rows:
+            del row["time/compute_s"]
+        (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    result = report([tmp_path / "runs"], tmp_path / "out")
+    assert_png_and_pdf(result["time_png"], result["time_pdf"])
+    assert result["breakdown_png"] is None and result["breakdown_pdf"] is None
+    assert capsys.readouterr().err.startswith("note: no time/compute_s")
 
 
 def test_cli_prints_table_then_figure_paths(tmp_path, runs_root, capsys) -> None:
@@ -402,9 +693,16 @@ def test_cli_prints_table_then_figure_paths(tmp_path, runs_root, capsys) -> None
     stdout = capsys.readouterr().out
     table = (out / "table.md").read_text().strip()
     assert stdout.startswith(table)
-    assert stdout.rstrip().splitlines()[-2:] == [
-        str(out / "test_acc.png"),
-        str(out / "test_acc.pdf"),
+    assert stdout.rstrip().splitlines()[-6:] == [
+        str(out / name)
+        for name in (
+            "test_acc.png",
+            "test_acc.pdf",
+            "time.png",
+            "time.pdf",
+            "time_breakdown.png",
+            "time_breakdown.pdf",
+        )
     ]
 
 

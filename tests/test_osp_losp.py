@@ -248,8 +248,9 @@ def _identity_runs(rank: int, world_size: int, steps: int):
 
 @pytest.mark.dist
 def test_empty_window_equals_local_sgd():
-    """Identity 4 of algorithms.md section 11 with the window forced empty (the virtual clock of
-    issue #4 will make it hold on network=ideal); 11 steps: the last round is cut by finish()."""
+    """Identity 4 of algorithms.md section 11 with the window forced empty (on the virtual clock
+    with network=ideal it holds too: tests/test_timing.py); 11 steps: the last round is cut by
+    finish()."""
     from tests.workers import run_workers
 
     steps = 11

@@ -1,0 +1,236 @@
+"""Time: the network and worker-speed model, and the real and virtual clocks (timing.md).
+
+The papers' claims are about time, so every run says how long it took and where the time went.
+On a cluster that is measured (`timing=real`); on a laptop it is modeled (`timing=virtual`),
+deterministically, so a time-axis figure is the same on every machine.
+
+Cost of a collective of n payload bytes among m workers (timing.md):
+
+    ring all-reduce:             T = 2 (m-1) alpha + 2 (m-1)/m * n / B
+    parameter server, k shards:  T = 2 alpha + 2 m n / (k B)
+
+with alpha = `network.latency_s` and B = `network.bandwidth_gbps` (1e9 bit/s units).
+
+Worker speed: a local step takes `compute.step_time_s` (or the measured time of this process's
+step, `measured`) times this worker's slowdown factor (`compute.slowdown`: none, one_slow,
+half_slow, lognormal or an explicit list) times `compute.straggler_factor` with probability
+`compute.straggler_prob`. Every random draw comes from a generator seeded by (seed, rank, step)
+or (seed, "slowdown"): the same run gives the same times.
+
+Two clocks, one interface used by algorithms/comm.py and experiments/loop.py:
+- `RealClock`: wall-clock. With `emulate_network` a collective completes no earlier than its
+  modeled duration after its launch (a wait sleeps off the rest, so a hidden collective costs
+  nothing and an exposed one its remainder); with `emulate_compute` each step sleeps to reach
+  its modeled duration.
+- `VirtualClock`: no sleeping. Each worker keeps a clock; a step advances it by the modeled
+  step time; a collective launched by the workers at clocks c_j completes at max_j c_j + T (the
+  clocks travel with the collective, in slots appended to its buffer), and waiting for it moves
+  the worker's clock to max(own clock, completion).
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+SLOWDOWN_PATTERNS = ("none", "one_slow", "half_slow", "lognormal")
+TOPOLOGIES = ("allreduce", "ps")
+
+
+def ring_allreduce_time(nbytes: float, m: int, latency_s: float, bandwidth_gbps: float) -> float:
+    """T = 2(m-1) alpha + 2(m-1)/m * n / B (bandwidth-optimal ring)."""
+    if m <= 1:
+        return 0.0
+    return 2 * (m - 1) * latency_s + 2 * (m - 1) / m * nbytes * 8 / (bandwidth_gbps * 1e9)
+
+
+def ps_time(nbytes: float, m: int, servers: int, latency_s: float, bandwidth_gbps: float) -> float:
+    """T = 2 alpha + 2 m n / (k B): push to and pull from k server shards, whose links carry
+    every worker's traffic."""
+    if m <= 1:
+        return 0.0
+    return 2 * latency_s + 2 * m * nbytes * 8 / (servers * bandwidth_gbps * 1e9)
+
+
+@dataclass(frozen=True)
+class Network:
+    name: str = "ideal"
+    latency_s: float = 0.0
+    bandwidth_gbps: float = math.inf
+    topology: str = "allreduce"
+    ps_servers: int = 1
+
+    @classmethod
+    def from_config(cls, cfg: Mapping) -> Network:
+        net = cls(
+            name=str(cfg.get("name", "custom")),
+            latency_s=float(cfg.get("latency_s", 0.0)),
+            bandwidth_gbps=float(cfg.get("bandwidth_gbps", math.inf)),
+            topology=str(cfg.get("topology", "allreduce")),
+            ps_servers=int(cfg.get("ps_servers", 1)),
+        )
+        if net.latency_s < 0 or math.isnan(net.latency_s):
+            raise ValueError(f"network.latency_s must be >= 0, got {net.latency_s}")
+        if not net.bandwidth_gbps > 0:
+            raise ValueError(
+                f"network.bandwidth_gbps must be > 0 (or inf), got {net.bandwidth_gbps}"
+            )
+        if net.topology not in TOPOLOGIES:
+            raise ValueError(
+                f"network.topology must be one of {', '.join(TOPOLOGIES)}, got {net.topology!r}"
+            )
+        if net.ps_servers < 1:
+            raise ValueError(f"network.ps_servers must be >= 1, got {net.ps_servers}")
+        return net
+
+    def collective_time(self, nbytes: float, m: int) -> float:
+        """Modeled duration of one collective on `nbytes` of payload among `m` workers."""
+        if self.topology == "ps":
+            return ps_time(nbytes, m, self.ps_servers, self.latency_s, self.bandwidth_gbps)
+        return ring_allreduce_time(nbytes, m, self.latency_s, self.bandwidth_gbps)
+
+
+def slowdown_factors(
+    pattern: str | Sequence[float], m: int, factor: float = 2.0, sigma: float = 0.5, seed: int = 0
+) -> list[float]:
+    """Per-worker compute slowdown factors (1 = the reference speed)."""
+    if not isinstance(pattern, str):
+        factors = [float(f) for f in pattern]
+        if len(factors) != m:
+            raise ValueError(f"compute.slowdown lists {len(factors)} factors for {m} workers")
+    elif pattern == "none":
+        factors = [1.0] * m
+    elif pattern == "one_slow":  # the last worker is `factor` times slower
+        factors = [1.0] * (m - 1) + [float(factor)]
+    elif pattern == "half_slow":  # the second half of the workers
+        factors = [1.0] * (m - m // 2) + [float(factor)] * (m // 2)
+    elif pattern == "lognormal":  # exp(N(0, sigma^2)), drawn once per run
+        rng = np.random.default_rng([seed, 0x510D])
+        factors = np.exp(rng.normal(0.0, sigma, size=m)).tolist()
+    else:
+        raise ValueError(
+            f"compute.slowdown must be one of {', '.join(SLOWDOWN_PATTERNS)} or a list, "
+            f"got {pattern!r}"
+        )
+    if any(not f > 0 for f in factors):
+        raise ValueError(f"compute.slowdown factors must be > 0, got {factors}")
+    return factors
+
+
+@dataclass(frozen=True)
+class Compute:
+    """The modeled duration of each local step of each worker."""
+
+    step_time_s: float | None  # None = this process's measured step time
+    slowdown: tuple[float, ...]
+    straggler_prob: float = 0.0
+    straggler_factor: float = 1.0
+    seed: int = 0
+
+    @classmethod
+    def from_config(cls, cfg: Mapping, m: int, seed: int) -> Compute:
+        step = cfg.get("step_time_s", "measured")
+        if step == "measured" or step is None:
+            step_time = None
+        else:
+            step_time = float(step)
+            if not step_time > 0:
+                raise ValueError(f"compute.step_time_s must be > 0 or 'measured', got {step!r}")
+        prob = float(cfg.get("straggler_prob", 0.0))
+        if not 0 <= prob <= 1:
+            raise ValueError(f"compute.straggler_prob must be in [0, 1], got {prob}")
+        straggler = float(cfg.get("straggler_factor", 1.0))
+        if not straggler >= 1:
+            raise ValueError(f"compute.straggler_factor must be >= 1, got {straggler}")
+        factors = slowdown_factors(
+            cfg.get("slowdown", "none"),
+            m,
+            factor=float(cfg.get("factor", 2.0)),
+            sigma=float(cfg.get("sigma", 0.5)),
+            seed=seed,
+        )
+        return cls(step_time, tuple(factors), prob, straggler, seed)
+
+    def step_time(self, rank: int, step: int, measured_s: float) -> float:
+        """Modeled duration of `rank`'s local step `step` (measured_s: what it really took)."""
+        base = measured_s if self.step_time_s is None else self.step_time_s
+        t = base * self.slowdown[rank]
+        if self.straggler_prob > 0:
+            draw = np.random.default_rng([self.seed, rank, step]).random()
+            if draw < self.straggler_prob:
+                t *= self.straggler_factor
+        return t
+
+
+class RealClock:
+    """Wall-clock time of this worker; optional emulation of the network and the slowdowns."""
+
+    virtual = False
+
+    def __init__(
+        self,
+        rank: int,
+        network: Network,
+        compute: Compute,
+        emulate_network: bool = False,
+        emulate_compute: bool = False,
+    ):
+        self.rank, self.network, self.compute = rank, network, compute
+        self.emulate_network, self.emulate_compute = emulate_network, emulate_compute
+
+    def now(self) -> float:
+        return time.perf_counter()
+
+    def local_step(self, step: int, measured_s: float) -> float:
+        """Account a local step that took `measured_s`; with emulate_compute, sleep until it
+        has taken its modeled time. Returns the step's compute time."""
+        if not self.emulate_compute:
+            return measured_s
+        target = self.compute.step_time(self.rank, step, measured_s)
+        if target > measured_s:
+            time.sleep(target - measured_s)
+        return max(target, measured_s)
+
+    def duration(self, nbytes: int, m: int) -> float:
+        return self.network.collective_time(nbytes, m) if self.emulate_network else 0.0
+
+
+class VirtualClock:
+    """A deterministic per-worker clock (timing.md, "Two clocks"); never sleeps."""
+
+    virtual = True
+
+    def __init__(self, rank: int, network: Network, compute: Compute):
+        self.rank, self.network, self.compute = rank, network, compute
+        self.t = 0.0
+
+    def now(self) -> float:
+        return self.t
+
+    def local_step(self, step: int, measured_s: float) -> float:
+        dt = self.compute.step_time(self.rank, step, measured_s)
+        self.t += dt
+        return dt
+
+    def duration(self, nbytes: int, m: int) -> float:
+        return self.network.collective_time(nbytes, m)
+
+
+def make_clock(cfg: Mapping, rank: int, m: int) -> RealClock | VirtualClock:
+    """The clock of worker `rank` for the run config `cfg` (top-level keys `timing`, `network`,
+    `compute`, `emulate_network`, `emulate_compute`, `seed`)."""
+    network = Network.from_config(cfg["network"])
+    compute = Compute.from_config(cfg.get("compute") or {}, m, cfg["seed"])
+    if cfg["timing"] == "virtual":
+        return VirtualClock(rank, network, compute)
+    return RealClock(
+        rank,
+        network,
+        compute,
+        emulate_network=bool(cfg.get("emulate_network", False)),
+        emulate_compute=bool(cfg.get("emulate_compute", False)),
+    )
