@@ -12,7 +12,8 @@ CLUSTER ?= local
 OUT ?= outputs
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-unit test-dist test-e2e lint fmt demo smoke clean
+.PHONY: help install test test-unit test-dist test-e2e lint fmt demo smoke clean \
+	table1 table2 figures report
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -48,6 +49,20 @@ fmt: $(STAMP) ## Format the code with ruff
 demo: $(STAMP) ## Every algorithm, briefly, on digits with 4 workers; prints the table and figure
 	$(PY) run.py -m experiment=demo scale=$(SCALE) out_root=$(OUT)/demo
 	$(PY) -m analysis.report $(OUT)/demo/runs --out $(OUT)/demo/report --name demo
+
+table1: $(STAMP) ## Overlap-Local-SGD Table 1 (IID): run missing points, write results/table1/$(SCALE)
+	$(PY) -m experiments.sweep table1 --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT)
+
+table2: $(STAMP) ## Table 2 (non-IID): run missing points, write results/table2/$(SCALE)
+	$(PY) -m experiments.sweep table2 --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT)
+
+figures: $(STAMP) ## Figures 4 and 5 of the Overlap-Local-SGD paper (runs what is missing)
+	$(PY) -m experiments.sweep fig4 --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT)
+	$(PY) -m experiments.sweep fig5 --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT)
+
+report: table1 table2 figures ## Every preset: tables, figures, LOSP and pseudo-sync studies
+	$(PY) -m experiments.sweep losp --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT)
+	$(PY) -m experiments.sweep pseudo_sync --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT)
 
 smoke: $(STAMP) ## One tiny run on synthetic data with 2 workers (seconds)
 	$(PY) run.py scale=smoke dataset=synthetic wandb.mode=disabled out_root=$(OUT)/smoke

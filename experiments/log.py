@@ -58,6 +58,13 @@ class WandbSink:
             group=cfg.get("experiment_name"),
             job_type=cfg["algorithm"]["name"],
             name=run_name,
+            # tags to filter and group by in a W&B comparison report
+            tags=[
+                f"tau={cfg['tau']}",
+                f"partition={cfg['partition']['name']}",
+                f"scale={cfg.get('scale', {}).get('name', 'custom')}",
+                f"timing={cfg['timing']}",
+            ],
             config=cfg,
             settings=wandb.Settings(silent=True, console="off"),
         )
