@@ -1,1 +1,2 @@
-"""Run records -> tidy frames, tables and figures (load, tables, figures, report)."""
+"""Run records -> tidy frames, tables, figures, claim checks and reports (load, grid, tables,
+figures, claims, report)."""

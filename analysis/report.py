@@ -1,27 +1,62 @@
-"""Runs on disk -> the final-accuracy table, the test-accuracy figure and the time figures.
+"""Runs on disk -> tables, figures and, for a preset, its claims and provenance.
 
     python -m analysis.report RUNS_ROOT [RUNS_ROOT ...] --out OUT_DIR [--name NAME]
+    python -m analysis.report --experiment NAME [--scale SCALE] RUNS_ROOT --out OUT_DIR
 
-Writes `<NAME>.md` and `<NAME>.csv` (NAME defaults to `table`), `test_acc.png` / `.pdf`, and, when
-the runs log the time ledger (timing.md), `time.png` / `.pdf` (accuracy and loss against training
-time) and `time_breakdown.png` / `.pdf` (per-epoch compute vs exposed communication) into OUT_DIR,
-then prints the Markdown table and the figure paths. The table gains the communication-to-
+Plain use writes `<NAME>.md` and `<NAME>.csv` (NAME defaults to `table`), `test_acc.png` / `.pdf`,
+and, when the runs log the time ledger (timing.md), `time.png` / `.pdf` (accuracy and loss against
+training time) and `time_breakdown.png` / `.pdf` (per-epoch compute vs exposed communication) into
+OUT_DIR, then prints the Markdown table and the figure paths. The table gains the communication-to-
 computation ratio and the training time when the summaries carry them. Only completed and
 diverged runs count: a failed or still-running run has no final accuracy to report.
+
+With `--experiment` it reports one preset (`conf/experiment/<NAME>.yaml`): the runs whose
+`experiment_name` is NAME (and whose `scale.name` is SCALE), grouped by the preset's `report.rows`,
+with time to `report.target_acc`, bytes communicated and the comm/compute ratio; every point of
+the preset's sweep grid without a completed or diverged run is listed under the table. It writes
+`<NAME>.md`, `.tex`, `.csv` (and `scaling.*` for `report.kind: scaling`), the figures named in
+`report.figures` (accuracy, time, breakdown), `claims.md` (the checks named in `report.claims`)
+and `provenance.txt` (command, git commit, date), then prints the table, the claims and the paths.
 """
 
 from __future__ import annotations
 
 import argparse
+import datetime
 import os
+import shlex
+import subprocess
 import sys
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from analysis.claims import check_claims, validate_claims, write_claims
 from analysis.figures import BREAKDOWN_COLUMNS, TIME, accuracy_curves, time_breakdown, time_curves
-from analysis.load import DEFAULT_STATUSES, find_runs, load_runs
-from analysis.tables import final_accuracy_table, to_markdown, write_table
+from analysis.grid import (
+    CONF_DIR,
+    GROUPS,
+    PointConfigs,
+    Preset,
+    compose_preset,
+    expand_sweeps,
+    grid_column,
+)
+from analysis.load import DEFAULT_STATUSES, find_runs, load_runs, load_summaries, read_config
+from analysis.tables import (
+    DEFAULT_ROWS,
+    FINISHED,
+    experiment_latex,
+    experiment_markdown,
+    experiment_table,
+    final_accuracy_table,
+    scaling_markdown,
+    scaling_table,
+    to_markdown,
+    write_experiment_table,
+    write_scaling_table,
+    write_table,
+)
 from experiments.errors import UserError
 
 FIGURE_NAME = "test_acc"
@@ -40,6 +75,14 @@ FIGURE_KEYS = (
     "breakdown_png",
     "breakdown_pdf",
 )
+# `report.figures` names -> the figure keys they produce.
+FIGURES = {
+    "accuracy": ("figure_png", "figure_pdf"),
+    "time": ("time_png", "time_pdf"),
+    "breakdown": ("breakdown_png", "breakdown_pdf"),
+}
+KINDS = ("table", "scaling")
+REPO = Path(__file__).resolve().parents[1]
 
 
 def report(
@@ -66,27 +109,7 @@ def report(
     extra = [c for c in TABLE_EXTRA if c in summaries.columns]
     table = final_accuracy_table(summaries, extra=extra)
     table_md, table_csv = write_table(table, out_dir, name)
-    figures: dict[str, Path | None] = dict.fromkeys(FIGURE_KEYS)
-    if "test/acc" in frame.columns and frame["test/acc"].notna().any():
-        figures["figure_png"], figures["figure_pdf"] = accuracy_curves(
-            frame, out_dir, name=FIGURE_NAME
-        )
-        # Without an evaluation there is no time either; main's note covers both.
-        missing = _first_missing(frame, [TIME])
-        if missing is None:
-            metrics = [m for m in TIME_METRICS if _first_missing(frame, [m]) is None]
-            figures["time_png"], figures["time_pdf"] = time_curves(
-                frame, out_dir, name=TIME_FIGURE_NAME, y=metrics
-            )
-            missing = _first_missing(frame, BREAKDOWN_COLUMNS)
-            if missing is None:
-                figures["breakdown_png"], figures["breakdown_pdf"] = time_breakdown(
-                    frame, out_dir, name=BREAKDOWN_FIGURE_NAME
-                )
-            else:
-                print(f"note: no {missing} in the runs, so no time breakdown", file=sys.stderr)
-        else:
-            print(f"note: no {missing} in the runs, so no time figures", file=sys.stderr)
+    figures = draw_figures(frame, out_dir, tuple(FIGURES))
     return {
         "table": table,
         "markdown": to_markdown(table),
@@ -97,6 +120,44 @@ def report(
     }
 
 
+def draw_figures(
+    frame: Any, out_dir: str | os.PathLike, wanted: Sequence[str] = tuple(FIGURES)
+) -> dict[str, Path | None]:
+    """Draw the figures named in `wanted` (keys of `FIGURES`) from a `load_runs` frame.
+
+    Returns every key of `FIGURE_KEYS`, None for a figure not drawn: none at all before the first
+    evaluation; no time figures without `time/train_s`, no breakdown without the rest of the
+    ledger (each said in one `note:` line on stderr).
+    """
+    figures: dict[str, Path | None] = dict.fromkeys(FIGURE_KEYS)
+    if "test/acc" not in frame.columns or frame["test/acc"].isna().all():
+        return figures
+    if "accuracy" in wanted:
+        figures["figure_png"], figures["figure_pdf"] = accuracy_curves(
+            frame, out_dir, name=FIGURE_NAME
+        )
+    if not {"time", "breakdown"} & set(wanted):
+        return figures
+    missing = _first_missing(frame, [TIME])
+    if missing is not None:
+        print(f"note: no {missing} in the runs, so no time figures", file=sys.stderr)
+        return figures
+    if "time" in wanted:
+        metrics = [m for m in TIME_METRICS if _first_missing(frame, [m]) is None]
+        figures["time_png"], figures["time_pdf"] = time_curves(
+            frame, out_dir, name=TIME_FIGURE_NAME, y=metrics
+        )
+    if "breakdown" in wanted:
+        missing = _first_missing(frame, BREAKDOWN_COLUMNS)
+        if missing is None:
+            figures["breakdown_png"], figures["breakdown_pdf"] = time_breakdown(
+                frame, out_dir, name=BREAKDOWN_FIGURE_NAME
+            )
+        else:
+            print(f"note: no {missing} in the runs, so no time breakdown", file=sys.stderr)
+    return figures
+
+
 def _first_missing(frame: Any, columns: Sequence[str]) -> str | None:
     """The first of `columns` that no run logs, or None."""
     for column in columns:
@@ -105,18 +166,341 @@ def _first_missing(frame: Any, columns: Sequence[str]) -> str | None:
     return None
 
 
+# --- a preset ---------------------------------------------------------------------------------
+
+
+def report_experiment(
+    roots: Sequence[str | os.PathLike] | str | os.PathLike,
+    out_dir: str | os.PathLike,
+    experiment: str,
+    scale: str | None = None,
+    *,
+    name: str = "table",
+    grid: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None = None,
+    report_node: Mapping[str, Any] | None = None,
+    conf_dir: str | os.PathLike = CONF_DIR,
+    command: str | None = None,
+) -> dict[str, Any]:
+    """Report the preset `experiment` from its runs under `roots` into `out_dir`.
+
+    The runs are those whose `experiment_name` is `experiment` and, when `scale` is given, whose
+    `scale.name` is `scale` (runs at several scales need one chosen). `grid` is the sweep as
+    `hydra.sweeper.params` writes it (override key -> "a,b,c" or a list of values), or a list of
+    such sweeps; None composes the preset from `conf_dir` and takes its sweep and extra sweeps
+    (a preset that cannot be composed leaves the grid empty, with a note on stderr); an empty
+    mapping checks no grid. `report_node` replaces the preset's
+    `report:` node, which is otherwise read from the runs' config, else from the composed preset.
+    `command` goes to `provenance.txt` (default: this process's command line).
+
+    Returns `table` (the `experiment_table` DataFrame), `markdown`, `table_md`, `table_tex`,
+    `table_csv`, `scaling` / `scaling_markdown` / `scaling_md` / `scaling_tex` / `scaling_csv`
+    (None unless `report.kind` is scaling), the figure keys of `FIGURE_KEYS`, `claims` (a list of
+    `ClaimResult`), `claims_md`, `provenance`, `report` (the node used), `grid` (the grid points),
+    `scale`, `num_runs` (completed + diverged) and `num_unresolved` (grid points without one).
+    """
+    roots = [roots] if isinstance(roots, (str, os.PathLike)) else list(roots)
+    where = ", ".join(str(r) for r in roots)
+    everything = load_summaries(*roots, statuses=None)
+    if everything.empty:
+        raise UserError(f"no runs (directories with summary.json) under {where}")
+    runs, scale = _select(everything, experiment, scale, where)
+
+    status = runs["summary.status"] if "summary.status" in runs.columns else None
+    finished = runs if status is None else runs[status.isin(FINISHED)]
+    if finished.empty:
+        counts = ", ".join(f"{k} {s}" for s, k in runs["summary.status"].value_counts().items())
+        raise UserError(
+            f"no completed or diverged run of experiment {experiment}{_at(scale)} under {where} "
+            f"({counts})"
+        )
+
+    preset = None
+    if grid is None:
+        try:
+            preset = compose_preset(experiment, scale, conf_dir)
+        except UserError as error:
+            print(f"note: {error}; grid points without a run are not listed", file=sys.stderr)
+        sweeps = preset.sweeps if preset else []
+    else:
+        sweeps = [grid] if isinstance(grid, Mapping) else list(grid)
+    node = dict(report_node) if report_node is not None else _node_from_runs(runs, preset)
+    kind, figure_names, rows, title = _check_node(node, runs)
+    conf = Path(conf_dir)
+    groups = set(GROUPS) | (
+        {p.name for p in conf.iterdir() if p.is_dir()} if conf.is_dir() else set()
+    )
+    points = expand_sweeps(sweeps, groups)
+
+    target = _target_acc(node, runs)
+    frame = load_runs(*roots, statuses=FINISHED)
+    frame = frame[frame["run_dir"].isin(set(finished["run_dir"]))]
+    point_config = PointConfigs(experiment, scale, conf_dir, groups) if preset else None
+    table = experiment_table(
+        runs, rows, grid=points, metrics=frame, target_acc=target, point_config=point_config
+    )
+    # Computed before anything is written, so a run record it cannot use stops the report whole.
+    scaling = scaling_table(finished, rows) if kind == "scaling" else None
+    markdown = experiment_markdown(table, title)
+    table_md, table_tex, table_csv = write_experiment_table(
+        table, out_dir, name, title, markdown, experiment_latex(table, title, f"tab:{experiment}")
+    )
+    result: dict[str, Any] = {
+        "table": table,
+        "markdown": markdown,
+        "table_md": table_md,
+        "table_tex": table_tex,
+        "table_csv": table_csv,
+        **dict.fromkeys(("scaling", "scaling_markdown", "scaling_md", "scaling_tex")),
+        "scaling_csv": None,
+    }
+    if scaling is not None:
+        scaling_title = f"{title}: weak-scaling efficiency" if title else "weak-scaling efficiency"
+        result["scaling"] = scaling
+        result["scaling_markdown"] = scaling_markdown(scaling, scaling_title)
+        result["scaling_md"], result["scaling_tex"], result["scaling_csv"] = write_scaling_table(
+            scaling, out_dir, "scaling", scaling_title
+        )
+    result.update(draw_figures(frame, out_dir, figure_names))
+    claims = check_claims(finished, node)
+    result["claims"] = claims
+    result["claims_md"] = write_claims(claims, out_dir, title)
+    num_unresolved = int(table[["failed", "running", "missing"]].to_numpy().sum())
+    result["provenance"] = write_provenance(
+        out_dir,
+        command,
+        {
+            "experiment": experiment,
+            "scale": scale or "(not recorded)",
+            "runs root": where,
+            "runs": _run_counts(runs),
+            "grid points": f"{len(points)}, {num_unresolved} without a completed or diverged run"
+            if points
+            else "none checked",
+            "run commits": _run_commits(finished),
+        },
+    )
+    result.update(
+        {
+            "report": node,
+            "grid": points,
+            "scale": scale,
+            "num_runs": len(finished),
+            "num_unresolved": num_unresolved,
+        }
+    )
+    return result
+
+
+def write_provenance(
+    out_dir: str | os.PathLike, command: str | None = None, details: Mapping[str, Any] = ()
+) -> Path:
+    """Write `provenance.txt`: the command that made the results, the suite's git commit
+    (`-dirty` when tracked files are modified), the date (UTC), then `details` as `key: value`."""
+    path = Path(out_dir) / "provenance.txt"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if command is None:
+        command = command_line(sys.argv[1:])
+    now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
+    lines = [
+        f"command: {command}",
+        f"cwd: {Path.cwd()}",
+        f"git commit: {git_commit()}",
+        f"date: {now.isoformat().replace('+00:00', 'Z')}",
+        *(f"{key}: {value}" for key, value in dict(details).items()),
+    ]
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def command_line(args: Sequence[str]) -> str:
+    """How to type this report's command again: `python -m analysis.report <args>`."""
+    return shlex.join(["python", "-m", "analysis.report", *args])
+
+
+def git_commit(repo: str | os.PathLike = REPO) -> str:
+    """`git rev-parse HEAD` of the suite, `-dirty` when tracked files differ; "unknown" when git
+    or the repository is not there."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30, check=True
+        )
+        return done.stdout.strip()
+
+    try:
+        sha = git("rev-parse", "HEAD")
+        dirty = git("status", "--porcelain", "--untracked-files=no")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+    return f"{sha}-dirty" if dirty else sha
+
+
+def _select(everything: Any, experiment: str, scale: str | None, where: str) -> tuple[Any, Any]:
+    """The runs of `experiment` (at `scale`), and the scale they are at."""
+    names = everything.get("experiment_name")
+    runs = everything[names == experiment] if names is not None else everything.iloc[0:0]
+    if runs.empty:
+        have = "none has an experiment_name"
+        if names is not None:
+            counts = names.fillna("(none)").value_counts()
+            have = ", ".join(f"{n} ({k})" for n, k in counts.items())
+        raise UserError(f"no runs of experiment {experiment} under {where} (runs there: {have})")
+    scales = runs["scale.name"] if "scale.name" in runs.columns else None
+    if scale is not None:
+        at = runs[scales == scale] if scales is not None else runs.iloc[0:0]
+        if at.empty:
+            have = "none recorded"
+            if scales is not None:
+                have = ", ".join(f"{n} ({k})" for n, k in scales.value_counts().items())
+            raise UserError(f"no runs of experiment {experiment} at scale {scale} (scales: {have})")
+        return at, scale
+    present = sorted(scales.dropna().unique()) if scales is not None else []
+    if len(present) > 1:
+        counts = ", ".join(f"{n} ({k})" for n, k in scales.value_counts().sort_index().items())
+        raise UserError(
+            f"runs of experiment {experiment} at several scales: {counts}; choose one with --scale"
+        )
+    return runs, (present[0] if present else None)
+
+
+def _node_from_runs(runs: Any, preset: Preset | None) -> dict[str, Any]:
+    """The `report:` node of the runs' config (completed runs first), else the preset's."""
+    status = runs.get("summary.status")
+    order = runs
+    if status is not None:
+        order = runs.iloc[(~status.isin(FINISHED)).to_numpy().argsort(kind="stable")]
+    for run_dir in order["run_dir"]:
+        node = read_config(run_dir).get("report")
+        if isinstance(node, Mapping):
+            return dict(node)
+    return dict(preset.report) if preset is not None else {}
+
+
+def _check_node(node: Mapping[str, Any], runs: Any) -> tuple[str, tuple[str, ...], list[str], Any]:
+    """Validate a report node: its kind, figures, claims and rows (before anything is written)."""
+    kind = node.get("kind") or "table"
+    if kind not in KINDS:
+        raise UserError(f"unknown report.kind {kind!r} (known: {', '.join(KINDS)})")
+    figures = tuple(_as_list(node.get("figures"), FIGURES))
+    unknown = [f for f in figures if f not in FIGURES]
+    if unknown:
+        raise UserError(
+            f"unknown figure(s) in report.figures: {', '.join(map(str, unknown))} "
+            f"(known: {', '.join(FIGURES)})"
+        )
+    validate_claims(_as_list(node.get("claims"), ()))
+    rows = _as_list(node.get("rows") or None, DEFAULT_ROWS)
+    # `algorithm` (a group, as in the sweep) means its name.
+    rows = [r if r in runs.columns else grid_column(r) for r in rows]
+    if "algorithm.rank" not in rows and "algorithm.name" in rows and _powersgd_ranks(runs) > 1:
+        # Runs of different ranks are different methods; never average them into one row.
+        rows.insert(rows.index("algorithm.name") + 1, "algorithm.rank")
+    title = node.get("title")
+    return kind, figures, rows, title
+
+
+def _as_list(value: Any, default: Sequence[str]) -> list:
+    """A node entry that may be one name or a list of them; `default` when absent."""
+    if value is None:
+        return list(default)
+    return [value] if isinstance(value, str) else list(value)
+
+
+def _powersgd_ranks(runs: Any) -> int:
+    if "algorithm.rank" not in runs.columns or "algorithm.name" not in runs.columns:
+        return 0
+    return runs.loc[runs["algorithm.name"] == "powersgd", "algorithm.rank"].nunique()
+
+
+def _target_acc(node: Mapping[str, Any], runs: Any) -> float | None:
+    """`report.target_acc`, else the runs' `scale.target_acc` when they agree, else None."""
+    target = node.get("target_acc")
+    if target is None and "scale.target_acc" in runs.columns:
+        values = runs["scale.target_acc"].dropna().unique()
+        target = values[0] if len(values) == 1 else None
+    try:
+        return None if target is None else float(target)
+    except (TypeError, ValueError) as error:
+        raise UserError(f"report.target_acc is not a number: {target!r}") from error
+
+
+def _at(scale: str | None) -> str:
+    return f" at scale {scale}" if scale else ""
+
+
+def _run_counts(runs: Any) -> str:
+    if "summary.status" not in runs.columns:
+        return str(len(runs))
+    counts = runs["summary.status"].value_counts()
+    return f"{len(runs)} (" + ", ".join(f"{k} {s}" for s, k in counts.items()) + ")"
+
+
+def _run_commits(runs: Any) -> str:
+    if "summary.git_sha" not in runs.columns:
+        return "not recorded"
+    counts = runs["summary.git_sha"].fillna("unknown").value_counts()
+    return ", ".join(f"{sha} ({k} runs)" for sha, k in counts.items())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry: 0 on success, 2 with a one-line `error: ...` on stderr for a user error."""
-    parser = argparse.ArgumentParser(prog="python -m analysis.report", description=__doc__)
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.report",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
     parser.add_argument("roots", nargs="+", type=Path, metavar="RUNS_ROOT")
     parser.add_argument("--out", required=True, type=Path, metavar="OUT_DIR")
     parser.add_argument("--name", default="table", help="stem of the table files")
+    parser.add_argument(
+        "--experiment", metavar="NAME", help="report the preset NAME: its runs, grid and claims"
+    )
+    parser.add_argument("--scale", metavar="SCALE", help="only the runs at this scale.name")
+    parser.add_argument(
+        "--conf",
+        type=Path,
+        default=CONF_DIR,
+        metavar="DIR",
+        help="config directory to compose the preset from (default: the suite's conf/)",
+    )
     args = parser.parse_args(argv)
+    if args.scale is not None and args.experiment is None:
+        parser.error("--scale needs --experiment")
     try:
-        result = report(args.roots, args.out, args.name)
+        if args.experiment is None:
+            return _main_plain(args)
+        command = command_line(list(argv) if argv is not None else sys.argv[1:])
+        result = report_experiment(
+            args.roots,
+            args.out,
+            args.experiment,
+            args.scale,
+            name=args.name,
+            conf_dir=args.conf,
+            command=command,
+        )
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    print(result["markdown"])
+    if result["scaling_markdown"] is not None:
+        print()
+        print(result["scaling_markdown"])
+    if result["claims"]:
+        print()
+        for claim in result["claims"]:
+            print(claim.line())
+    print()
+    paths = ["table_md", "table_tex", "table_csv", "scaling_md", "scaling_tex", "scaling_csv"]
+    paths += [*FIGURE_KEYS, "claims_md", "provenance"]
+    for key in paths:
+        if result[key] is not None:
+            print(result[key])
+    return 0
+
+
+def _main_plain(args: argparse.Namespace) -> int:
+    result = report(args.roots, args.out, args.name)
     print(result["markdown"])
     if result["figure_png"] is None:
         print("note: no evaluations logged yet, so no figure", file=sys.stderr)

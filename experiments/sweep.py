@@ -38,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--results", default="results", help="tables and figures go here")
     parser.add_argument("--no-run", action="store_true", help="only write the report")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every run")
-    args = parser.parse_args(argv)
+    args = parser.parse_intermixed_args(argv)
 
     presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
     if args.experiment not in presets:
