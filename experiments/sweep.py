@@ -90,7 +90,16 @@ def main(argv: list[str] | None = None) -> int:
         "--out",
         str(out),
     ]
-    return subprocess.run(report, cwd=REPO).returncode
+    code = subprocess.run(report, cwd=REPO).returncode
+    provenance = out / "provenance.txt"
+    if code == 0 and provenance.exists():
+        # The report records its own command; add the one that ran the sweep.
+        sweep = "python -m experiments.sweep " + " ".join(
+            argv if argv is not None else sys.argv[1:]
+        )
+        with provenance.open("a") as f:
+            f.write(f"sweep command: {sweep}\n")
+    return code
 
 
 if __name__ == "__main__":

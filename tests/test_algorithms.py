@@ -5,12 +5,12 @@ from __future__ import annotations
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import algorithms
 from algorithms.comm import Comm
 from algorithms.local_sgd import Config as LocalConfig
 from experiments.models import TinyCNN
+from tests.steps import assert_model_sized, flat_params, hook_steps, max_spread, rank_batches
 
 STEPS = 10
 
@@ -24,26 +24,9 @@ def _train(rank: int, world_size: int, name: str, options: dict, tau: int, steps
     )
     comm = Comm()
     algo = algorithms.build(name, options, model, opt, comm, tau)
-    data = torch.Generator().manual_seed(1000 + rank)
-    losses, params = [], []
-    for t in range(steps):
-        x = torch.randn(8, 1, 8, 8, generator=data, dtype=torch.float64)
-        y = torch.randint(0, 4, (8,), generator=data)
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        algo.before_step(t)
-        opt.step()
-        algo.after_step(t)
-        losses.append(loss.item())
-        params.append(torch.cat([p.detach().reshape(-1) for p in model.parameters()]))
+    losses, params = hook_steps(algo, model, opt, rank_batches(rank, steps))
     algo.finish()
-    final = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-    return losses, params, final, comm.ledger
-
-
-def _max_spread(per_rank: list[torch.Tensor]) -> float:
-    return max((p - per_rank[0]).abs().max().item() for p in per_rank)
+    return losses, params, flat_params(model), comm.ledger
 
 
 @pytest.mark.dist
@@ -71,12 +54,11 @@ def test_sync_sgd_replicas_identical_every_step_and_bytes_closed_form():
 
     results = run_workers(_train, 3, "sync_sgd", {}, 1)
     for t in range(STEPS):
-        assert _max_spread([r[1][t] for r in results]) < 1e-12
+        assert max_spread([r[1][t] for r in results]) < 1e-12
     numel = results[0][2].numel()
     for _, _, _, ledger in results:
         # identity 7: one model-sized all-reduce input (float64 here) per step
-        assert ledger.bytes == STEPS * numel * 8
-        assert ledger.collectives == STEPS
+        assert_model_sized(ledger, STEPS, numel)
 
 
 @pytest.mark.dist
@@ -86,16 +68,17 @@ def test_local_sgd_replicas_equal_right_after_each_sync_only():
     tau = 3
     results = run_workers(_train, 2, "local_sgd", {}, tau)
     for t in range(STEPS):
-        spread = _max_spread([r[1][t] for r in results])
+        spread = max_spread([r[1][t] for r in results])
         if (t + 1) % tau == 0:
             assert spread < 1e-12, f"replicas differ right after the sync at step {t}"
         else:
             assert spread > 1e-6, f"replicas equal at step {t} although no sync happened"
     # STEPS=10 is not a multiple of tau: finish() closes the last round (identity 6)
-    assert _max_spread([r[2] for r in results]) < 1e-12
+    assert max_spread([r[2] for r in results]) < 1e-12
     numel = results[0][2].numel()
     syncs = STEPS // tau + 1  # three full rounds and the closing average
-    assert all(r[3].bytes == syncs * numel * 8 and r[3].collectives == syncs for r in results)
+    for r in results:
+        assert_model_sized(r[3], syncs, numel)
 
 
 def _momentum_after_sync(rank: int, world_size: int, mode: str):

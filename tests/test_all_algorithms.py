@@ -8,11 +8,11 @@ import json
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import algorithms
 from algorithms.comm import Comm
 from experiments.models import TinyCNN
+from tests.steps import flat_params, hook_steps, rank_batches
 
 STEPS = 7  # not a multiple of tau: every algorithm ends mid-round
 TAU = 3
@@ -21,7 +21,7 @@ TAU = 3
 def _run_every_algorithm(rank: int, world_size: int) -> dict:
     results = {}
     torch.manual_seed(0)
-    initial = torch.cat([p.reshape(-1) for p in TinyCNN(1, 4, width=4).double().parameters()])
+    initial = flat_params(TinyCNN(1, 4, width=4).double())
     for name, cls in algorithms.REGISTRY.items():
         torch.manual_seed(0)
         model = TinyCNN(in_channels=1, num_classes=4, width=4).double()
@@ -30,20 +30,11 @@ def _run_every_algorithm(rank: int, world_size: int) -> dict:
             cfg, model, lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-4
         )
         algo = cls(model, opt, Comm(), cfg, tau=TAU)
-        data = torch.Generator().manual_seed(100 + rank)
-        for t in range(STEPS):
-            x = torch.randn(8, 1, 8, 8, generator=data, dtype=torch.float64)
-            y = torch.randint(0, 4, (8,), generator=data)
-            loss = F.cross_entropy(model(x), y)
-            opt.zero_grad()
-            loss.backward()
-            algo.before_step(t)
-            opt.step()
-            algo.after_step(t)
+        hook_steps(algo, model, opt, rank_batches(rank, STEPS, seed_base=100))
         algo.finish()
-        params = torch.cat([p.detach().reshape(-1) for p in model.parameters()])
+        params = flat_params(model)
         moved = (params - initial).abs().max()
-        eval_params = torch.cat([p.detach().reshape(-1) for p in algo.eval_model().parameters()])
+        eval_params = flat_params(algo.eval_model())
         results[name] = (params, eval_params, float(moved), algo.comm.ledger.collectives)
     return results
 

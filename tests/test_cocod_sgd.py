@@ -9,11 +9,19 @@ import dataclasses
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from algorithms.cocod_sgd import CoCoDSGD, Config, add_progress_
 from algorithms.comm import Comm
 from experiments.models import TinyCNN
+from tests.steps import (
+    assert_rounds_then_finish,
+    close,
+    finish_recorded,
+    flat,
+    hook_step,
+    rank_batches,
+    resume_and_finish,
+)
 
 STEPS, TAU, CHECKPOINT_AT = 10, 3, 4  # rounds end at t = 2, 5, 8; t = 9 is a partial round
 D = torch.float64
@@ -45,18 +53,6 @@ def _lr(t: int) -> float:
     return 0.05 if t < 5 else 0.02
 
 
-def _batches(rank: int, steps: int) -> list:
-    gen = torch.Generator().manual_seed(1000 + rank)
-    return [
-        (torch.randn(8, 1, 8, 8, generator=gen, dtype=D), torch.randint(0, 4, (8,), generator=gen))
-        for _ in range(steps)
-    ]
-
-
-def _flat(tensors) -> torch.Tensor:
-    return torch.cat([t.detach().reshape(-1) for t in tensors]).clone()
-
-
 def _build(seed: int = 0):
     torch.manual_seed(seed)
     model = TinyCNN(in_channels=1, num_classes=4, width=4).double()
@@ -67,44 +63,28 @@ def _build(seed: int = 0):
 
 
 def _step(model, opt, algo, t: int, batch) -> torch.Tensor:
-    """One step of the loop's hook sequence; returns the parameters before after_step."""
-    for group in opt.param_groups:
-        group["lr"] = _lr(t)
-    loss = F.cross_entropy(model(batch[0]), batch[1])
-    opt.zero_grad()
-    loss.backward()
-    algo.before_step(t)
-    opt.step()
-    before = _flat(algo.params)
-    algo.after_step(t)
-    return before
+    """One step of the loop's hook sequence at _lr(t); returns the parameters before after_step."""
+    return hook_step(algo, model, opt, t, batch, lr=_lr)[1]
 
 
 def _train(rank: int, world_size: int) -> dict:
     model, opt, algo = _build()
-    batches = _batches(rank, STEPS)
-    out = {"x0": _flat(algo.params), "rounds": []}
+    batches = rank_batches(rank, STEPS)
+    out = {"x0": flat(algo.params), "rounds": []}
     for t in range(STEPS):
         if t == CHECKPOINT_AT:  # an average is in flight: state_dict() must fold it in
             saved = [copy.deepcopy(s.state_dict()) for s in (model, opt, algo)]
         before = _step(model, opt, algo, t, batches[t])
         if algo.round_ends(t):  # (x before the fold, x after, the average z used)
-            out["rounds"].append((before, _flat(algo.params), _flat(algo.average)))
-            assert torch.equal(_flat(algo.snapshot), out["rounds"][-1][1])  # y_i <- x_i
-    out["last"] = _flat(algo.params)
-    out["ledger_rounds"] = copy.copy(algo.comm.ledger)
-    algo.finish()
-    out["ledger"] = copy.copy(algo.comm.ledger)
-    out["final"] = _flat(algo.params)
+            out["rounds"].append((before, flat(algo.params), flat(algo.average)))
+            assert torch.equal(flat(algo.snapshot), out["rounds"][-1][1])  # y_i <- x_i
+    out.update(finish_recorded(algo))
     out["eval_is_local"] = algo.eval_model() is model
 
     model2, opt2, algo2 = _build(seed=1)  # other weights: the load must matter
-    for obj, state in zip((model2, opt2, algo2), saved, strict=True):
-        obj.load_state_dict(state)
-    for t in range(CHECKPOINT_AT, STEPS):
-        _step(model2, opt2, algo2, t, batches[t])
-    algo2.finish()
-    out["final_resumed"] = _flat(algo2.params)
+    out["final_resumed"] = resume_and_finish(
+        saved, model2, opt2, algo2, batches[CHECKPOINT_AT:], CHECKPOINT_AT, lr=_lr
+    )
     return out
 
 
@@ -131,10 +111,6 @@ def runs():
     return run_workers(_train, 3)
 
 
-def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return torch.allclose(a, b, atol=1e-12, rtol=0)
-
-
 @pytest.mark.dist
 def test_rule_matches_the_reference_and_its_invariants(runs):
     m, rounds = len(runs), STEPS // TAU
@@ -144,8 +120,8 @@ def test_rule_matches_the_reference_and_its_invariants(runs):
     afters, averages, final = _reference(runs[0]["x0"], befores, [w["last"] for w in runs])
     for r in range(rounds):
         for i, w in enumerate(runs):
-            assert _close(got_afters[r][i], afters[r][i]), f"round {r}, worker {i}"
-            assert _close(w["rounds"][r][2], averages[r])
+            assert close(got_afters[r][i], afters[r][i]), f"round {r}, worker {i}"
+            assert close(w["rounds"][r][2], averages[r])
         if r == 0:  # z = y = x_0: the first round leaves the models untouched, bit for bit
             assert all(torch.equal(w["rounds"][0][1], w["rounds"][0][0]) for w in runs)
             continue
@@ -153,13 +129,13 @@ def test_rule_matches_the_reference_and_its_invariants(runs):
         # z_{r+1} = z_r + mean_j (x_j(before the fold) - y_j)
         snapshots = got_afters[r - 2] if r > 1 else [runs[0]["x0"]] * m
         progress = [b - y for b, y in zip(befores[r - 1], snapshots, strict=True)]
-        assert _close(got_averages[r], got_averages[r - 1] + sum(progress) / m)
+        assert close(got_averages[r], got_averages[r - 1] + sum(progress) / m)
         # right after the fold, workers differ only by their own progress since the last round
         own = [b - y for b, y in zip(befores[r], got_afters[r - 1], strict=True)]
-        assert _close(got_afters[r][1] - got_afters[r][0], own[1] - own[0])
+        assert close(got_afters[r][1] - got_afters[r][0], own[1] - own[0])
     for w in runs:
         assert torch.equal(w["final"], runs[0]["final"])  # identity 6: consensus
-        assert _close(w["final"], final)
+        assert close(w["final"], final)
         assert w["eval_is_local"]
 
 
@@ -167,15 +143,8 @@ def test_rule_matches_the_reference_and_its_invariants(runs):
 def test_ledger_one_model_per_round(runs):
     for w in runs:
         numel, rounds = w["x0"].numel(), STEPS // TAU
-        assert (w["ledger_rounds"].bytes, w["ledger_rounds"].collectives) == (
-            rounds * numel * 8,
-            rounds,
-        )
         # finish(): one exact blocking average after the last fold
-        assert (w["ledger"].bytes, w["ledger"].collectives) == (
-            (rounds + 1) * numel * 8,
-            rounds + 1,
-        )
+        assert_rounds_then_finish(w["ledger_rounds"], w["ledger"], rounds, numel)
 
 
 @pytest.mark.dist

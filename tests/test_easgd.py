@@ -15,6 +15,14 @@ from algorithms.comm import Comm
 from algorithms.easgd import EAMSGD, EASGD, Config, centre_message, stability_error
 from algorithms.mixing import pull_toward_
 from experiments.models import TinyCNN
+from tests.steps import (
+    assert_rounds_then_finish,
+    finish_recorded,
+    flat,
+    hook_step,
+    rank_batches,
+    resume_and_finish,
+)
 
 STEPS, TAU, CHECKPOINT_AT = 10, 3, 4  # rounds end at t = 2, 5, 8; t = 9 is a partial round
 VARIANTS = {"easgd": EASGD, "eamsgd": EAMSGD}
@@ -116,18 +124,6 @@ def _lr(t: int) -> float:
     return 0.05 if t < 5 else 0.02  # a decay mid-run: alpha must not follow it
 
 
-def _batches(rank: int, steps: int) -> list:
-    gen = torch.Generator().manual_seed(1000 + rank)
-    return [
-        (torch.randn(8, 1, 8, 8, generator=gen, dtype=D), torch.randint(0, 4, (8,), generator=gen))
-        for _ in range(steps)
-    ]
-
-
-def _flat(tensors) -> torch.Tensor:
-    return torch.cat([t.detach().reshape(-1) for t in tensors]).clone()
-
-
 def _build(cls, cfg: Config, seed: int = 0):
     torch.manual_seed(seed)
     model = TinyCNN(in_channels=1, num_classes=4, width=4).double()
@@ -136,49 +132,33 @@ def _build(cls, cfg: Config, seed: int = 0):
 
 
 def _step(model, opt, algo, t: int, batch) -> torch.Tensor:
-    """One step of the loop's hook sequence; returns the parameters before after_step."""
-    for group in opt.param_groups:
-        group["lr"] = _lr(t)
-    loss = F.cross_entropy(model(batch[0]), batch[1])
-    opt.zero_grad()
-    loss.backward()
-    algo.before_step(t)
-    opt.step()
-    before = _flat(algo.params)
-    algo.after_step(t)
-    return before
+    """One step of the loop's hook sequence at _lr(t); returns the parameters before after_step."""
+    return hook_step(algo, model, opt, t, batch, lr=_lr)[1]
 
 
 def _train(rank: int, world_size: int, label: str, alpha: float | None) -> dict:
     cls, cfg = VARIANTS[label], Config(alpha=alpha)
     model, opt, algo = _build(cls, cfg)
-    batches = _batches(rank, STEPS)
-    out = {"x0": _flat(algo.params), "alpha": algo.alpha, "rounds": []}
+    batches = rank_batches(rank, STEPS)
+    out = {"x0": flat(algo.params), "alpha": algo.alpha, "rounds": []}
     for t in range(STEPS):
         if t == CHECKPOINT_AT:  # a centre is in flight: state_dict() must fold it in
             saved = [copy.deepcopy(s.state_dict()) for s in (model, opt, algo)]
         before = _step(model, opt, algo, t, batches[t])
         if algo.round_ends(t):  # (x before the pull, x after, the centre z_r used)
-            out["rounds"].append((before, _flat(algo.params), _flat(algo.centre)))
-    out["last"] = _flat(algo.params)  # a partial round was computed after the last sync
-    out["ledger_rounds"] = copy.copy(algo.comm.ledger)
-    algo.finish()
-    out["ledger"] = copy.copy(algo.comm.ledger)
-    out["final"] = _flat(algo.params)
+            out["rounds"].append((before, flat(algo.params), flat(algo.centre)))
+    out.update(finish_recorded(algo))  # "last": a partial round was computed after the last sync
     centre_model = algo.eval_model()
-    out["eval_params"] = _flat(centre_model.parameters())
+    out["eval_params"] = flat(centre_model.parameters())
     out["eval_buffers_are_own"] = all(
         torch.equal(a, b) for a, b in zip(centre_model.buffers(), model.buffers(), strict=True)
     )
-    out["bn_mean"] = _flat([model.features[1].running_mean])
+    out["bn_mean"] = flat([model.features[1].running_mean])
 
     model2, opt2, algo2 = _build(cls, cfg, seed=1)  # other weights: the load must matter
-    for obj, state in zip((model2, opt2, algo2), saved, strict=True):
-        obj.load_state_dict(state)
-    for t in range(CHECKPOINT_AT, STEPS):
-        _step(model2, opt2, algo2, t, batches[t])
-    algo2.finish()
-    out["final_resumed"] = _flat(algo2.params)
+    out["final_resumed"] = resume_and_finish(
+        saved, model2, opt2, algo2, batches[CHECKPOINT_AT:], CHECKPOINT_AT, lr=_lr
+    )
     return out
 
 
@@ -203,7 +183,7 @@ def _independent(rank: int) -> dict:
                 ref.parameters(), lr=_lr(0), momentum=0.9, nesterov=True, weight_decay=1e-4
             )
         gap = 0.0
-        for t, (x, y) in enumerate(_batches(rank, STEPS)):
+        for t, (x, y) in enumerate(rank_batches(rank, STEPS)):
             _step(model, opt, algo, t, (x, y))
             ref.zero_grad()
             F.cross_entropy(ref(x), y).backward()
@@ -215,7 +195,7 @@ def _independent(rank: int) -> dict:
                     for group in ref_opt.param_groups:
                         group["lr"] = _lr(t)
                     ref_opt.step()
-            gap = max(gap, (_flat(model.parameters()) - _flat(ref.parameters())).abs().max().item())
+            gap = max(gap, (flat(model.parameters()) - flat(ref.parameters())).abs().max().item())
         out[label] = gap
         algo.finish()
     return out
@@ -261,15 +241,8 @@ def test_ledger_one_model_per_round(runs, label):
     for w in (r[label] for r in runs):
         numel = w["x0"].numel()
         rounds = STEPS // TAU
-        assert (w["ledger_rounds"].bytes, w["ledger_rounds"].collectives) == (
-            rounds * numel * 8,
-            rounds,
-        )
         # finish() closes the partial round: one more model-sized all-reduce
-        assert (w["ledger"].bytes, w["ledger"].collectives) == (
-            (rounds + 1) * numel * 8,
-            rounds + 1,
-        )
+        assert_rounds_then_finish(w["ledger_rounds"], w["ledger"], rounds, numel)
 
 
 @pytest.mark.dist

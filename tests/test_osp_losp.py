@@ -6,11 +6,9 @@ windows differ, the collective drain, bytes, state_dict round trip and bad confi
 from __future__ import annotations
 
 import copy
-import time
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from algorithms.comm import Comm
 from algorithms.local_sgd import LocalSGD
@@ -19,6 +17,7 @@ from algorithms.losp import Config as LOSPConfig
 from algorithms.osp import OSP, compensate
 from algorithms.osp import Config as OSPConfig
 from experiments.models import TinyCNN
+from tests.steps import flat_params, hook_steps, rank_batches
 
 # ---------------------------------------------------------------------------- pure functions
 
@@ -193,35 +192,8 @@ def _tiny():
 
 
 def _batches(rank: int, steps: int):
-    data = torch.Generator().manual_seed(1000 + rank)
-    return [
-        (torch.randn(8, 1, 8, 8, generator=data, dtype=torch.float64), torch.randint(0, 4, (8,)))
-        for _ in range(steps)
-    ]
-
-
-def _flat(model) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-
-
-def _steps(algo, model, opt, batches, first_t=0, sleep_s=0.0, hook=None):
-    """The loop's hook sequence; returns the loss and the parameters after every step."""
-    losses, params = [], []
-    for i, (x, y) in enumerate(batches):
-        t = first_t + i
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        algo.before_step(t)
-        opt.step()
-        algo.after_step(t)
-        if sleep_s:
-            time.sleep(sleep_s)
-        if hook is not None:
-            hook(t)
-        losses.append(loss.item())
-        params.append(_flat(model))
-    return losses, params
+    """This file's labels come from the global RNG (not the rank's generator)."""
+    return rank_batches(rank, steps, global_labels=True)
 
 
 def _identity_runs(rank: int, world_size: int, steps: int):
@@ -240,9 +212,9 @@ def _identity_runs(rank: int, world_size: int, steps: int):
         for name, (cls, cfg) in variants.items():
             model, opt = _tiny()
             algo = cls(model, opt, Comm(), cfg, tau=tau)
-            losses, params = _steps(algo, model, opt, _batches(rank, steps))
+            losses, params = hook_steps(algo, model, opt, _batches(rank, steps))
             algo.finish()
-            out[tau, name] = (losses, params, _flat(model))
+            out[tau, name] = (losses, params, flat_params(model))
     return out
 
 
@@ -271,7 +243,7 @@ def test_empty_window_equals_local_sgd():
 
 def _protocol_runs(rank: int, world_size: int):
     out = {}
-    numel = _flat(_tiny()[0]).numel()
+    numel = flat_params(_tiny()[0]).numel()
 
     # (a) uneven windows: the aggregate never 'arrives' early, rank 0 waits at once (W = 0),
     # rank 1 takes 3 window steps per round; 10 steps, tau 2. Rank 0 makes 5 round pushes,
@@ -279,9 +251,9 @@ def _protocol_runs(rank: int, world_size: int):
     model, opt = _tiny()
     comm = Comm()
     algo = FixedLOSP(model, opt, comm, LOSPConfig(max_overlap_steps=(0, 3)[rank]), tau=2)
-    _steps(algo, model, opt, _batches(rank, 10))
+    hook_steps(algo, model, opt, _batches(rank, 10))
     algo.finish()
-    out["uneven"] = (_flat(model), algo.num_pushes, algo.num_rounds, comm.ledger, numel)
+    out["uneven"] = (flat_params(model), algo.num_pushes, algo.num_rounds, comm.ledger, numel)
 
     # (b) the same with a drain() and an evaluation-style scalar collective after step 5, where
     # rank 0 waits for push 2 that rank 1 makes only after step 6
@@ -297,9 +269,9 @@ def _protocol_runs(rank: int, world_size: int):
             seen["pushes"] = algo.num_pushes
             seen["sum"] = comm.sum_scalars([rank + 1.0])
 
-    _steps(algo, model, opt, _batches(rank, 10), hook=drain_and_eval)
+    hook_steps(algo, model, opt, _batches(rank, 10), on_after_step=drain_and_eval)
     algo.finish()
-    out["drain"] = (_flat(model), seen, algo.num_pushes, comm.ledger)
+    out["drain"] = (flat_params(model), seen, algo.num_pushes, comm.ledger)
 
     # (c) real arrival (Work.is_completed) with rank 1 slowed down: the windows follow the
     # machine; a drain + scalar collective mid-run, then finish()
@@ -314,9 +286,11 @@ def _protocol_runs(rank: int, world_size: int):
             seen["sum"] = comm.sum_scalars([1.0])
             seen["metrics"] = algo.metrics()
 
-    _steps(algo, model, opt, _batches(rank, 24), sleep_s=(0.0, 0.004)[rank], hook=drain_mid)
+    hook_steps(
+        algo, model, opt, _batches(rank, 24), sleep_s=(0.0, 0.004)[rank], on_after_step=drain_mid
+    )
     algo.finish()
-    out["real"] = (_flat(model), seen, algo.num_pushes, comm.ledger)
+    out["real"] = (flat_params(model), seen, algo.num_pushes, comm.ledger)
 
     # (d) state_dict round trip mid-round (5 steps, tau 2, one-step windows): a fresh object on
     # a copy of the model and optimizer continues exactly like the original
@@ -325,11 +299,11 @@ def _protocol_runs(rank: int, world_size: int):
     cfg = LOSPConfig(compensation="gradient", lam=0.5)
     algo = FixedLOSP(model, opt, Comm(), cfg, tau=2)
     algo.window = 1
-    _steps(algo, model, opt, batches[:5])
+    hook_steps(algo, model, opt, batches[:5])
     state = algo.state_dict()
     model2, opt2 = copy.deepcopy(model), None
     opt_state = copy.deepcopy(opt.state_dict())
-    _, original = _steps(algo, model, opt, batches[5:], first_t=5)
+    _, original = hook_steps(algo, model, opt, batches[5:], first_t=5)
     opt2 = torch.optim.SGD(
         model2.parameters(), lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-4
     )
@@ -337,7 +311,7 @@ def _protocol_runs(rank: int, world_size: int):
     algo2 = FixedLOSP(model2, opt2, Comm(), cfg, tau=2)
     algo2.window = 1
     algo2.load_state_dict(state)
-    _, resumed = _steps(algo2, model2, opt2, batches[5:], first_t=5)
+    _, resumed = hook_steps(algo2, model2, opt2, batches[5:], first_t=5)
     out["round_trip"] = (original, resumed, sorted(state))
     return out
 

@@ -9,11 +9,19 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from algorithms.comm import Comm
 from algorithms.overlap_local_sgd import Config, OverlapLocalSGD, anchor_message, anchor_momentum
 from experiments.models import TinyCNN
+from tests.steps import (
+    assert_rounds_then_finish,
+    close,
+    finish_recorded,
+    flat,
+    hook_step,
+    rank_batches,
+    resume_and_finish,
+)
 
 STEPS, TAU, CHECKPOINT_AT = 9, 2, 4  # rounds end at t = 1, 3, 5, 7; t = 8 is a partial round
 CONFIGS = {"momentum": (0.6, 0.7), "plain": (0.5, 0.0), "zero": (0.0, 0.0)}  # (alpha, beta)
@@ -72,18 +80,6 @@ def _lr(t: int) -> float:
     return 0.05 if t < 5 else 0.02  # decays between the rounds at t = 3 and t = 5
 
 
-def _batches(rank: int, steps: int) -> list:
-    gen = torch.Generator().manual_seed(1000 + rank)
-    return [
-        (torch.randn(8, 1, 8, 8, generator=gen, dtype=D), torch.randint(0, 4, (8,), generator=gen))
-        for _ in range(steps)
-    ]
-
-
-def _flat(tensors) -> torch.Tensor:
-    return torch.cat([t.detach().reshape(-1) for t in tensors]).clone()
-
-
 def _build(cfg: Config, seed: int = 0):
     torch.manual_seed(seed)
     model = TinyCNN(in_channels=1, num_classes=4, width=4).double()
@@ -94,17 +90,8 @@ def _build(cfg: Config, seed: int = 0):
 
 
 def _step(model, opt, algo, t: int, batch) -> torch.Tensor:
-    """One step of the loop's hook sequence; returns the parameters before after_step."""
-    for group in opt.param_groups:
-        group["lr"] = _lr(t)
-    loss = F.cross_entropy(model(batch[0]), batch[1])
-    opt.zero_grad()
-    loss.backward()
-    algo.before_step(t)
-    opt.step()
-    before = _flat(algo.params)
-    algo.after_step(t)
-    return before
+    """One step of the loop's hook sequence at _lr(t); returns the parameters before after_step."""
+    return hook_step(algo, model, opt, t, batch, lr=_lr)[1]
 
 
 def _train(rank: int, alpha: float, beta: float) -> dict:
@@ -117,31 +104,24 @@ def _train(rank: int, alpha: float, beta: float) -> dict:
     no_comm = SimpleNamespace(
         params=list(ref.parameters()), before_step=lambda t: None, after_step=lambda t: None
     )
-    batches = _batches(rank, STEPS)
-    out = {"x0": _flat(algo.params), "rounds": [], "gap_to_local": 0.0}
+    batches = rank_batches(rank, STEPS)
+    out = {"x0": flat(algo.params), "rounds": [], "gap_to_local": 0.0}
     for t in range(STEPS):
         if t == CHECKPOINT_AT:  # an anchor is in flight: state_dict() must fold it in
             saved = [copy.deepcopy(s.state_dict()) for s in (model, opt, algo)]
         before = _step(model, opt, algo, t, batches[t])
         _step(ref, ref_opt, no_comm, t, batches[t])
-        gap = (_flat(model.parameters()) - _flat(ref.parameters())).abs().max().item()
+        gap = (flat(model.parameters()) - flat(ref.parameters())).abs().max().item()
         out["gap_to_local"] = max(out["gap_to_local"], gap)
         if algo.round_ends(t):  # (x before the pull, x after, the anchor z_r used, eta_r)
-            out["rounds"].append((before, _flat(algo.params), _flat(algo.anchor), _lr(t)))
-    out["last"] = _flat(algo.params)
-    out["ledger_rounds"] = copy.copy(algo.comm.ledger)
-    algo.finish()
-    out["ledger"] = copy.copy(algo.comm.ledger)
-    out["final"] = _flat(algo.params)
+            out["rounds"].append((before, flat(algo.params), flat(algo.anchor), _lr(t)))
+    out.update(finish_recorded(algo))
     out["eval_is_local"] = algo.eval_model() is model
 
     model2, opt2, algo2 = _build(cfg, seed=1)  # other weights: the load must matter
-    for obj, state in zip((model2, opt2, algo2), saved, strict=True):
-        obj.load_state_dict(state)
-    for t in range(CHECKPOINT_AT, STEPS):
-        _step(model2, opt2, algo2, t, batches[t])
-    algo2.finish()
-    out["final_resumed"] = _flat(algo2.params)
+    out["final_resumed"] = resume_and_finish(
+        saved, model2, opt2, algo2, batches[CHECKPOINT_AT:], CHECKPOINT_AT, lr=_lr
+    )
     return out
 
 
@@ -156,10 +136,6 @@ def runs():
     return run_workers(_train_all, 3)
 
 
-def _close(a: torch.Tensor, b: torch.Tensor) -> bool:
-    return torch.allclose(a, b, atol=1e-12, rtol=0)
-
-
 @pytest.mark.dist
 @pytest.mark.parametrize("name", ["momentum", "plain"])
 def test_anchor_follows_the_closed_form(runs, name):
@@ -170,12 +146,12 @@ def test_anchor_follows_the_closed_form(runs, name):
         lr = per_rank[0]["rounds"][r][3]
         for w in per_rank:
             before, after, used, _ = w["rounds"][r]
-            assert _close(used, anchor), f"round {r}: anchor differs from the closed form"
-            assert _close(after, (1 - alpha) * before + alpha * anchor)  # (eq. 1)
+            assert close(used, anchor), f"round {r}: anchor differs from the closed form"
+            assert close(after, (1 - alpha) * before + alpha * anchor)  # (eq. 1)
         mean_pulled = sum(w["rounds"][r][1] for w in per_rank) / len(per_rank)
         if beta == 0:  # the anchor is the mean of the pulled models
             mean_before = sum(w["rounds"][r][0] for w in per_rank) / len(per_rank)
-            assert _close(mean_pulled, (1 - alpha) * mean_before + alpha * anchor)
+            assert close(mean_pulled, (1 - alpha) * mean_before + alpha * anchor)
         # (eq. 4): u_r = beta (eta_r / eta_{r-1}) u_{r-1} + (xbar'_r - z_r); z_{r+1} = z_r + u_r
         u = mean_pulled - anchor if u is None else beta * lr / prev_lr * u + mean_pulled - anchor
         anchor, prev_lr = anchor + u, lr
@@ -189,7 +165,7 @@ def test_finish_leaves_the_mean_model_on_every_worker(runs, name):
     mean_last = sum(w["last"] for w in per_rank) / len(per_rank)
     for w in per_rank:
         assert torch.equal(w["final"], per_rank[0]["final"])  # identity 6: consensus
-        assert _close(w["final"], mean_last)
+        assert close(w["final"], mean_last)
         assert w["eval_is_local"]
 
 
@@ -198,15 +174,8 @@ def test_finish_leaves_the_mean_model_on_every_worker(runs, name):
 def test_ledger_one_model_per_round(runs, name):
     for w in (r[name] for r in runs):
         numel, rounds = w["x0"].numel(), STEPS // TAU
-        assert (w["ledger_rounds"].bytes, w["ledger_rounds"].collectives) == (
-            rounds * numel * 8,
-            rounds,
-        )
         # finish(): one exact blocking average
-        assert (w["ledger"].bytes, w["ledger"].collectives) == (
-            (rounds + 1) * numel * 8,
-            rounds + 1,
-        )
+        assert_rounds_then_finish(w["ledger_rounds"], w["ledger"], rounds, numel)
 
 
 @pytest.mark.dist

@@ -8,7 +8,6 @@ import copy
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 from algorithms.comm import Comm
 from algorithms.powersgd import (
@@ -22,6 +21,7 @@ from algorithms.powersgd import (
 )
 from algorithms.sync_sgd import SyncSGD
 from experiments.models import ResNet18, TinyCNN
+from tests.steps import flat_params, hook_steps, max_spread, rank_batches
 
 STEPS = 10
 TINY_SHAPES = [(4, 1, 3, 3), (4,), (4,), (8, 4, 3, 3), (8,), (8,), (4, 8), (4,)]
@@ -136,17 +136,6 @@ def test_config_rejects_bad_values(options, match):
 # --- real gloo workers ----------------------------------------------------------------------
 
 
-def _batches(rank: int, steps: int = STEPS):
-    data = torch.Generator().manual_seed(1000 + rank)
-    return [
-        (
-            torch.randn(8, 1, 8, 8, generator=data, dtype=torch.float64),
-            torch.randint(0, 4, (8,), generator=data),
-        )
-        for _ in range(steps)
-    ]
-
-
 def _build(cls, cfg):
     torch.manual_seed(0)
     model = TinyCNN(in_channels=1, num_classes=4, width=4).double()
@@ -155,38 +144,16 @@ def _build(cls, cfg):
     return model, opt, comm, cls(model, opt, comm, cfg, tau=1)
 
 
-def _flat(model) -> torch.Tensor:
-    return torch.cat([p.detach().reshape(-1) for p in model.parameters()])
-
-
-def _steps(model, opt, algo, batches, start: int = 0, probe=None) -> list[torch.Tensor]:
-    """The loop's hook sequence; returns the parameters after every step."""
-    params = []
-    for t, (x, y) in enumerate(batches, start):
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        if probe is not None:
-            probe(t, "before")
-        algo.before_step(t)
-        if probe is not None:
-            probe(t, "after")
-        opt.step()
-        algo.after_step(t)
-        params.append(_flat(model))
-    return params
-
-
 def _powersgd_worker(rank: int, world_size: int):
-    batches = _batches(rank)
+    batches = rank_batches(rank, STEPS)
     out = {}
 
     # identity 2: full rank (8 >= min(rows, cols) of every matrix), no error feedback
     model, opt, _, algo = _build(SyncSGD, SyncSGD.Config())
-    out["sync"] = _steps(model, opt, algo, batches)
+    _, out["sync"] = hook_steps(algo, model, opt, batches)
     cfg = Config(rank=8, error_feedback=False)
     model, opt, comm, algo = _build(PowerSGD, cfg)
-    out["full"] = _steps(model, opt, algo, batches)
+    _, out["full"] = hook_steps(algo, model, opt, batches)
     out["full_ledger"] = comm.ledger
 
     # rank 1 with error feedback: Ghat + e = grad + e_prev on every worker, at every step
@@ -204,35 +171,38 @@ def _powersgd_worker(rank: int, world_size: int):
                 max((a - b).abs().max().item() for a, b in zip(sums, seen["m"], strict=True))
             )
 
-    out["rank1"] = _steps(model, opt, algo, batches, probe=probe)
+    _, out["rank1"] = hook_steps(
+        algo,
+        model,
+        opt,
+        batches,
+        on_backward=lambda t: probe(t, "before"),  # before algo.before_step(t)
+        on_before_step=lambda t: probe(t, "after"),
+    )
     out["rank1_gaps"] = gaps
     out["rank1_ledger"] = comm.ledger
     out["rank1_metrics"] = algo.metrics()
     algo.finish()
-    out["rank1_final"] = _flat(model)
+    out["rank1_final"] = flat_params(model)
 
     # plain averaging before start_step, fresh queries every step
     cfg = Config(rank=2, warm_start=False, start_step=3)
     model, opt, comm, algo = _build(PowerSGD, cfg)
-    out["late"] = _steps(model, opt, algo, batches)
+    _, out["late"] = hook_steps(algo, model, opt, batches)
     out["late_ledger"] = comm.ledger
 
     # state round trip: checkpoint after 5 steps, restore into fresh objects
     model, opt, _, algo = _build(PowerSGD, Config(rank=1))
-    _steps(model, opt, algo, batches[:5])
+    hook_steps(algo, model, opt, batches[:5])
     # deep copies: a module's and an optimizer's state_dict() hold live references
     saved = copy.deepcopy((model.state_dict(), opt.state_dict(), algo.state_dict()))
-    out["continued"] = _steps(model, opt, algo, batches[5:], start=5)
+    _, out["continued"] = hook_steps(algo, model, opt, batches[5:], first_t=5)
     model, opt, _, algo = _build(PowerSGD, Config(rank=1))
     model.load_state_dict(saved[0])
     opt.load_state_dict(saved[1])
     algo.load_state_dict(saved[2])
-    out["restored"] = _steps(model, opt, algo, batches[5:], start=5)
+    _, out["restored"] = hook_steps(algo, model, opt, batches[5:], first_t=5)
     return out
-
-
-def _spread(per_rank: list[torch.Tensor]) -> float:
-    return max((p - per_rank[0]).abs().max().item() for p in per_rank)
 
 
 @pytest.mark.dist
@@ -264,5 +234,5 @@ def test_powersgd_on_gloo_workers():
     # replicas identical after every step (global momentum), and after finish (identity 6)
     for key in ("rank1", "late", "full"):
         for t in range(STEPS):
-            assert _spread([r[key][t] for r in results]) < 1e-12
-    assert _spread([r["rank1_final"] for r in results]) < 1e-12
+            assert max_spread([r[key][t] for r in results]) < 1e-12
+    assert max_spread([r["rank1_final"] for r in results]) < 1e-12

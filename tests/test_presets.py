@@ -65,6 +65,8 @@ def test_interrupted_sweep_resumes_only_the_missing_points(tmp_path):
     assert json.loads((cut / "summary.json").read_text())["status"] == "completed"
     table = tmp_path / "results" / "demo" / "smoke" / "table.md"
     assert table.is_file() and "local_sgd" in table.read_text()
+    provenance = (table.parent / "provenance.txt").read_text()
+    assert "sweep command: python -m experiments.sweep demo --scale smoke" in provenance
 
 
 def test_unknown_cluster_or_preset_is_a_clear_error(tmp_path):

@@ -20,6 +20,7 @@ from algorithms.pseudo_sync import (
     smooth,
 )
 from experiments.models import TinyCNN
+from tests.steps import assert_model_sized, flat, hook_steps, max_spread, rank_batches
 
 STEPS = 10
 C_MAX = 0.7
@@ -68,17 +69,6 @@ def test_config_rejects_bad_values(options, match):
 # --- real gloo workers ----------------------------------------------------------------------
 
 
-def _batches(rank: int, steps: int = STEPS):
-    data = torch.Generator().manual_seed(1000 + rank)
-    return [
-        (
-            torch.randn(8, 1, 8, 8, generator=data, dtype=torch.float64),
-            torch.randint(0, 4, (8,), generator=data),
-        )
-        for _ in range(steps)
-    ]
-
-
 def _model_and_opt():
     torch.manual_seed(0)
     model = TinyCNN(in_channels=1, num_classes=4, width=4).double()
@@ -94,33 +84,13 @@ def _build(cfg: Config):
     return model, opt, comm, PseudoSync(model, opt, comm, cfg, tau=1)
 
 
-def _flat(tensors) -> torch.Tensor:
-    return torch.cat([t.detach().reshape(-1) for t in tensors])
-
-
-def _steps(model, opt, algo, batches, start: int = 0, record=None) -> list[torch.Tensor]:
-    """The loop's hook sequence; returns the parameters after every step."""
-    params = []
-    for t, (x, y) in enumerate(batches, start):
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad()
-        loss.backward()
-        algo.before_step(t)
-        if record is not None:
-            record(t)
-        opt.step()
-        algo.after_step(t)
-        params.append(_flat(model.parameters()))
-    return params
-
-
 def _pseudo_sync_worker(rank: int, world_size: int):
-    batches = _batches(rank)
+    batches = rank_batches(rank, STEPS)
     out = {}
 
     # identity 5: fixed c = 0
     model, opt, comm, algo = _build(Config(confidence="fixed", c=0.0))
-    out["delayed"] = _steps(model, opt, algo, batches)
+    _, out["delayed"] = hook_steps(algo, model, opt, batches)
     out["delayed_ledger"] = comm.ledger
 
     # adaptive: record c_t and the applied direction
@@ -129,33 +99,33 @@ def _pseudo_sync_worker(rank: int, world_size: int):
 
     def record(t):
         confidences.append(None if algo.last_confidence is None else algo.last_confidence.item())
-        applied.append(_flat(p.grad for p in model.parameters()))
+        applied.append(flat(p.grad for p in model.parameters()))
 
-    out["adaptive"] = _steps(model, opt, algo, batches, record=record)
+    _, out["adaptive"] = hook_steps(algo, model, opt, batches, on_before_step=record)
     out["confidences"], out["applied"] = confidences, applied
     out["metrics"] = algo.metrics()
     out["metrics_again"] = algo.metrics()
     algo.finish()
-    out["adaptive_final"] = _flat(model.parameters())
+    out["adaptive_final"] = flat(model.parameters())
     out["adaptive_ledger"] = comm.ledger
 
     # blend_local: replicas drift, finish() restores consensus with one extra average
     model, opt, comm, algo = _build(Config(blend_local=True))
-    out["blend"] = _steps(model, opt, algo, batches)
+    _, out["blend"] = hook_steps(algo, model, opt, batches)
     algo.finish()
-    out["blend_final"] = _flat(model.parameters())
+    out["blend_final"] = flat(model.parameters())
     out["blend_collectives"] = comm.ledger.collectives
 
     # state round trip: the checkpoint after 5 steps holds the drained in-flight gradient
     model, opt, _, algo = _build(Config(c_max=C_MAX))
-    _steps(model, opt, algo, batches[:5])
+    hook_steps(algo, model, opt, batches[:5])
     saved = copy.deepcopy((model.state_dict(), opt.state_dict(), algo.state_dict()))
-    out["continued"] = _steps(model, opt, algo, batches[5:], start=5)
+    _, out["continued"] = hook_steps(algo, model, opt, batches[5:], first_t=5)
     model, opt, _, algo = _build(Config(c_max=C_MAX))
     model.load_state_dict(saved[0])
     opt.load_state_dict(saved[1])
     algo.load_state_dict(saved[2])
-    out["restored"] = _steps(model, opt, algo, batches[5:], start=5)
+    _, out["restored"] = hook_steps(algo, model, opt, batches[5:], first_t=5)
     return out
 
 
@@ -165,7 +135,7 @@ def _delayed_sgd_reference(world_size: int, delayed: bool = True) -> list[torch.
     applies G_{t-1} (step 0 applies G_0). `delayed=False`: plain synchronous SGD."""
     model, opt = _model_and_opt()
     params = list(model.parameters())
-    batches = [_batches(rank) for rank in range(world_size)]
+    batches = [rank_batches(rank, STEPS) for rank in range(world_size)]
     previous, trajectory = None, []
     for t in range(STEPS):
         grads = []
@@ -180,12 +150,8 @@ def _delayed_sgd_reference(world_size: int, delayed: bool = True) -> list[torch.
             p.grad = g.clone()
         opt.step()
         previous = fresh
-        trajectory.append(_flat(params))
+        trajectory.append(flat(params))
     return trajectory
-
-
-def _spread(per_rank: list[torch.Tensor]) -> float:
-    return max((p - per_rank[0]).abs().max().item() for p in per_rank)
 
 
 @pytest.mark.dist
@@ -202,7 +168,7 @@ def test_pseudo_sync_on_gloo_workers():
         assert gap < 1e-10
         # one gradient-sized collective per step (float64 here)
         for ledger in (r["delayed_ledger"], r["adaptive_ledger"]):
-            assert ledger.bytes == STEPS * numel * 8 and ledger.collectives == STEPS
+            assert_model_sized(ledger, STEPS, numel)
         # adaptive confidence: none at step 0, c_max at step 1 (S_0 = G_0 = G_{t-1}), in range
         c = r["confidences"]
         assert c[0] is None and c[1] == pytest.approx(C_MAX)
@@ -224,8 +190,8 @@ def test_pseudo_sync_on_gloo_workers():
     ).abs().max() > 1e-4
     # replicas identical every step without blend_local, drifting with it; consensus at the end
     for t in range(STEPS):
-        assert _spread([r["adaptive"][t] for r in results]) < 1e-12
-        assert _spread([r["delayed"][t] for r in results]) < 1e-12
-    assert max(_spread([r["blend"][t] for r in results]) for t in range(STEPS)) > 1e-6
-    assert _spread([r["adaptive_final"] for r in results]) < 1e-12
-    assert _spread([r["blend_final"] for r in results]) < 1e-12
+        assert max_spread([r["adaptive"][t] for r in results]) < 1e-12
+        assert max_spread([r["delayed"][t] for r in results]) < 1e-12
+    assert max(max_spread([r["blend"][t] for r in results]) for t in range(STEPS)) > 1e-6
+    assert max_spread([r["adaptive_final"] for r in results]) < 1e-12
+    assert max_spread([r["blend_final"] for r in results]) < 1e-12
