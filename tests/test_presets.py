@@ -78,3 +78,27 @@ def test_unknown_cluster_or_preset_is_a_clear_error(tmp_path):
     proc = sweep("table9", "--out-root", str(tmp_path))
     assert proc.returncode == 2 and "presets: demo, fig4" in proc.stderr
     assert not Path(tmp_path).joinpath("table1").exists()
+
+
+@pytest.mark.parametrize("scale", ["smoke", "cpu", "paper"])
+def test_every_preset_composes_and_validates_at_every_scale(scale):
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from experiments.runner import validate
+
+    for preset in PRESETS:
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            cfg = compose("config", overrides=[f"experiment={preset}", f"scale={scale}"])
+        plain = OmegaConf.to_container(cfg, resolve=True)
+        validate(plain)
+        assert plain["experiment_name"] == preset
+        assert plain["report"]["target_acc"] == plain["scale"]["target_acc"]
+        if scale == "paper":
+            assert (
+                plain["dataset"]["name"] == "cifar10"
+                and plain["workers"] >= 16
+                or (
+                    preset == "pseudo_sync"  # weak scaling sweeps the worker count itself
+                )
+            )
