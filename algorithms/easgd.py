@@ -67,7 +67,7 @@ from typing import Any
 import torch
 
 from algorithms.base import Algorithm
-from algorithms.comm import copy_into_
+from algorithms.comm import copy_into_, flatten
 from algorithms.mixing import pull_toward_
 
 
@@ -168,13 +168,13 @@ class EASGD(Algorithm):
         if self.in_round:
             self.sync()
         self.drain()
-        copy_into_(self.params, torch.cat([z.reshape(-1) for z in self.centre]))
+        copy_into_(self.params, flatten(self.centre))
 
     def eval_model(self) -> torch.nn.Module:
         self.drain()
         centre_model = copy.deepcopy(self.model)  # BN buffers: this worker's
         params = [p for p in centre_model.parameters() if p.requires_grad]
-        copy_into_(params, torch.cat([z.reshape(-1) for z in self.centre]))
+        copy_into_(params, flatten(self.centre))
         return centre_model
 
 

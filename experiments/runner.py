@@ -196,6 +196,8 @@ def worker_main(
         raise
     finally:
         d.teardown(clean)
+    if not worker.external:  # spawned by run.py: nothing may run after the teardown
+        d.exit_spawned_worker()
 
 
 def train_worker(cfg: dict, run_dir: Path, worker: d.Worker, backend: str, bundle=None) -> None:

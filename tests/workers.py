@@ -12,7 +12,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from experiments.dist import free_port
+from experiments.dist import exit_spawned_worker, free_port
 
 
 def _entry(rank: int, world_size: int, fn: Callable, args: tuple, out_dir: str, port: int):
@@ -26,6 +26,7 @@ def _entry(rank: int, world_size: int, fn: Callable, args: tuple, out_dir: str, 
         dist.barrier()
     finally:
         dist.destroy_process_group()
+    exit_spawned_worker()  # as run.py's workers: no gloo teardown abort at interpreter exit
 
 
 def run_workers(fn: Callable, world_size: int, *args) -> list:
