@@ -4,12 +4,15 @@
         x, y = next batch of this worker's shard            (time/data_s)
         lr   = schedule(t)
         zero_grad -> forward -> backward                     (time/compute_s ...)
+        clock.local_step(t)        (virtual: adds the modeled step; real: emulated sleep)
         algo.before_step(t) -> optimizer.step() -> algo.after_step(t)
                                                              (... minus time/comm_exposed_s)
     every `eval_every` epochs and after the last: algo.drain() (algo.finish() the last time),
     then evaluate (time/eval_s, not training time)
 
-Training time excludes evaluation (AlgoPerf's rule). A non-finite training loss stops the run
+Time is kept on the run's clock (experiments/clock.py): wall-clock, or a deterministic virtual
+clock on which collectives complete at their modeled times. Training time excludes evaluation
+(AlgoPerf's rule). A non-finite training loss stops the run
 with status `diverged` on every worker at the next evaluation point, and the summary names the
 first step at which any worker saw it.
 """
