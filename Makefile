@@ -13,7 +13,7 @@ OUT ?= outputs
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-unit test-dist test-e2e lint fmt demo smoke clean \
-	table1 table2 figures report
+	table1 table2 figures report bench
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -63,6 +63,9 @@ figures: $(STAMP) ## Figures 4 and 5 of the Overlap-Local-SGD paper (runs what i
 report: table1 table2 figures ## Every preset: tables, figures, LOSP and pseudo-sync studies
 	$(PY) -m experiments.sweep losp --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT)
 	$(PY) -m experiments.sweep pseudo_sync --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT)
+
+bench: $(STAMP) ## Performance benchmarks as ratios side by side (~10 min): benchmarks/RESULTS.md
+	$(PY) -m benchmarks
 
 smoke: $(STAMP) ## One tiny run on synthetic data with 2 workers (seconds)
 	$(PY) run.py scale=smoke dataset=synthetic wandb.mode=disabled out_root=$(OUT)/smoke

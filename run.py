@@ -14,17 +14,12 @@ from pathlib import Path
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig
 
-from experiments.errors import UserError
+import experiments  # noqa: F401 - registers the config's resolvers (run_name, ceil_div)
+from experiments.errors import Interrupted, UserError
 
-
-def run_name(overrides: str) -> str:
-    """The run directory's name: its overrides ("default" with none), one path segment."""
-    return overrides.replace("/", "%2F") or "default"
-
-
-OmegaConf.register_new_resolver("run_name", run_name, replace=True)
+EXIT_INTERRUPTED = 3  # stopped on a signal with a checkpoint: rerun the command to resume
 
 
 def check_output_root(argv: list[str]) -> None:
@@ -53,6 +48,8 @@ def main(cfg: DictConfig) -> None:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    except Interrupted:  # rank 0 has said why, and that a rerun resumes
+        sys.exit(EXIT_INTERRUPTED)
 
 
 if __name__ == "__main__":

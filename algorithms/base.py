@@ -21,10 +21,16 @@ an algorithm never re-implements it, but may change its settings there (EASGD ru
 locally, PowerSGD exempts some BatchNorm parameters from weight decay). All communication goes
 through `self.comm` (algorithms/comm.py).
 
-State: every tensor an algorithm keeps between steps (anchors, centres, error-feedback memories,
-factors, stale snapshots, in-flight results) is an attribute named in `state`, so that
-`state_dict()` / `load_state_dict()` can checkpoint it. `state_dict()` first drains in-flight
-collectives (`drain()`), so a checkpoint never holds half a collective.
+State: every value an algorithm keeps between steps (anchors, centres, error-feedback memories,
+factors, stale snapshots, counters, the accumulators of `metrics()`) is an attribute named in
+`state`, and every collective it may hold in flight between steps is an attribute named in
+`inflight`, so that `state_dict()` / `load_state_dict()` can checkpoint it
+(experiments/checkpoint.py). `state_dict()` does not drain: a collective in flight is saved as
+its snapshot (`Pending.snapshot()`: the sum, waited for in real time, and its modeled times), so
+a run restored from a checkpoint continues exactly as the uninterrupted run, clock and ledger
+included. That needs every rank to have launched the collective; algorithms whose collectives
+start at rank-dependent steps (OSP, LOSP) set `checkpoint_anywhere = False` and are saved only
+after `drain()` (at evaluation points).
 """
 
 from __future__ import annotations
@@ -34,7 +40,7 @@ from typing import Any
 
 import torch
 
-from algorithms.comm import Comm
+from algorithms.comm import Comm, Pending
 
 
 @dataclass
@@ -49,6 +55,11 @@ class Algorithm:
     #: Names of the attributes that make up the algorithm's state (tensors, lists of tensors,
     #: numbers), saved by `state_dict()`.
     state: tuple[str, ...] = ()
+    #: Names of the attributes that may hold a collective in flight (a `Pending` or None).
+    inflight: tuple[str, ...] = ()
+    #: Whether a checkpoint may be taken between any two steps (every collective in flight was
+    #: launched by every rank); False: only after `drain()` on every rank.
+    checkpoint_anywhere: bool = True
 
     def __init__(
         self,
@@ -110,8 +121,13 @@ class Algorithm:
         """Wait for every collective in flight and fold its result into the state."""
 
     def state_dict(self) -> dict[str, Any]:
-        self.drain()
-        return {name: _detached(getattr(self, name)) for name in self.state}
+        """The algorithm's state; collectives in flight as snapshots (see the module doc)."""
+        out = {name: _detached(getattr(self, name)) for name in self.state}
+        out["inflight"] = {
+            name: None if getattr(self, name) is None else getattr(self, name).snapshot()
+            for name in self.inflight
+        }
+        return out
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
         missing = set(self.state) - set(state)
@@ -119,6 +135,10 @@ class Algorithm:
             raise KeyError(f"algorithm state lacks {', '.join(sorted(missing))}")
         for name in self.state:
             setattr(self, name, _detached(state[name]))
+        inflight = state.get("inflight", {})
+        for name in self.inflight:
+            snap = inflight.get(name)
+            setattr(self, name, None if snap is None else Pending.restore(self.comm, snap))
 
 
 def _detached(value: Any) -> Any:

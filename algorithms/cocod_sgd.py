@@ -29,7 +29,7 @@ part is tau local steps stale; the all-reduce has tau local steps to complete. O
 all-reduce per round.
 
 State: `snapshot` (y_i), `average` (z, the latest average received), `pending` (the all-reduce
-in flight, folded into `average` by `drain()`).
+in flight, folded into `average` by `drain()`; a checkpoint keeps its snapshot).
 
 Deviations from the paper and the reference code:
 - (eq. 1) is applied as x_i += z - y_i (the same sum, in an order that leaves x_i bit-for-bit
@@ -73,6 +73,7 @@ class CoCoDSGD(Algorithm):
     Config = Config
     periodic = True
     state = ("snapshot", "average")
+    inflight = ("pending",)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -147,6 +147,29 @@ class _Collective:
         ledger.exposed_s += end - start
 
 
+class _Arrived:
+    """A collective restored from a checkpoint (`Pending.restore`): its sum is here; on the
+    virtual clock it still completes at the modeled time it had when it was saved, so waiting
+    for it accounts exactly what the uninterrupted run accounted."""
+
+    def __init__(self, comm: Comm, launch: float, latest: float, duration: float):
+        self.comm, self.launch, self.latest, self.duration = comm, launch, latest, duration
+
+    def is_completed(self) -> bool:
+        clock = self.comm.clock
+        return not clock.virtual or clock.now() >= self.latest + self.duration
+
+    def wait(self, blocking: bool) -> None:
+        clock, ledger = self.comm.clock, self.comm.ledger
+        if not clock.virtual:  # wall time of a previous process: nothing left to wait for
+            return
+        completion, start = self.latest + self.duration, clock.now()
+        if not blocking:
+            ledger.hidden_s += max(0.0, min(completion, start) - self.launch)
+        ledger.exposed_s += max(0.0, completion - start)
+        clock.t = max(start, completion)
+
+
 class Pending:
     """A collective in flight. `wait()` blocks (the blocked time is exposed communication)."""
 
@@ -154,19 +177,56 @@ class Pending:
         self._comm, self._collective, self._flat, self._like = comm, collective, flat, like
         self._done = False
 
+    def snapshot(self) -> dict:
+        """What a checkpoint keeps of this collective: the sum, once the network has delivered
+        it, and its times on the clock. Waits in real time only: this worker's clock and
+        ledger are untouched, so `restore()` continues exactly where this Pending stands.
+        Every rank must have launched the collective (a collective of the same step)."""
+        c = self._collective
+        launch = latest = duration = 0.0
+        if isinstance(c, _Collective):
+            if c.work is not None:
+                c.work.wait()
+            launch, duration = c.launch, c.duration
+            latest = c._completion() - duration if self._comm.clock.virtual else launch
+        elif c is not None:  # a bookkeeping collective
+            c.wait()
+        return {
+            "sum": self._flat.clone(),
+            "divided": self._done,
+            "shapes": [tuple(t.shape) for t in self._like],
+            "accounted": isinstance(c, _Collective),
+            "launch": launch,
+            "latest": latest,
+            "duration": duration,
+        }
+
+    @classmethod
+    def restore(cls, comm: Comm, snap: dict) -> Pending:
+        """The Pending of `snapshot()`, on `comm` (after a restart)."""
+        like = [torch.empty(s, device="meta") for s in snap["shapes"]]
+        collective = (
+            _Arrived(comm, snap["launch"], snap["latest"], snap["duration"])
+            if snap["accounted"]
+            else None
+        )
+        pending = cls(comm, collective, snap["sum"].clone(), like)
+        pending._done = snap["divided"]
+        return pending
+
     def is_completed(self) -> bool:
         """Has the average arrived? On the virtual clock: has this worker's clock reached the
         collective's modeled completion (timing.md)."""
         if self._done:
             return True
-        if isinstance(self._collective, _Collective):
+        if isinstance(self._collective, _Collective | _Arrived):
             return self._collective.is_completed()
         return self._collective is None or self._collective.is_completed()
 
     def wait(self) -> list[torch.Tensor]:
         """Block until the average has arrived; return it shaped like the inputs."""
         if not self._done:
-            if isinstance(self._collective, _Collective):
+            if isinstance(self._collective, _Collective | _Arrived):
                 self._collective.wait(blocking=False)
             elif self._collective is not None:  # a bookkeeping collective: not accounted
                 self._collective.wait()

@@ -35,7 +35,8 @@ no algorithmic staleness (unlike Overlap-Local-SGD and CoCoD-SGD). (eq. 3) is st
 m * alpha < 1; `check()` rejects the rest. One model-sized all-reduce per round.
 
 State: `centre` (z, the latest centre received), `pending` (the all-reduce in flight, folded into
-`centre` by `drain()`), `in_round` (local steps taken since the last round end).
+`centre` by `drain()`; a checkpoint keeps its snapshot), `in_round` (local steps taken since the
+last round end).
 
 Deviations from the paper and the reference code:
 - The reference `average()` tests an undefined name `req` and raises NameError at its first
@@ -117,6 +118,7 @@ class EASGD(Algorithm):
     Config = Config
     periodic = True
     state = ("centre", "in_round")
+    inflight = ("pending",)
     #: Local optimizer keeps the run's momentum (EAMSGD) or runs plain SGD (EASGD).
     local_momentum = False
     label = "easgd"

@@ -44,6 +44,7 @@ class Config:
 class LocalSGD(Algorithm):
     Config = Config
     periodic = True
+    state = ("in_round",)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -44,8 +44,11 @@ A += x_before - x_after (positive along the descent); its meaning is "re-apply t
 progress", which with that definition of A is x = w_{r+1} - A. The code uses the latter.
 
 State (`state`): `global_model` (w), `base` (A = base - x), `num_round_steps` (local steps in
-the current round so far), `num_pushes`, `num_rounds`. In flight, not saved (drained first):
-`pending` (the push), `num_window_steps`, `pending_is_regular`.
+the current round so far), `num_pushes`, `num_rounds`, and the sums behind `metrics()`. In flight,
+never saved: `pending` (the push), `num_window_steps`, `pending_is_regular`. Pushes start at
+rank-dependent steps, so no step is safe for all ranks except after a `drain()`
+(`checkpoint_anywhere = False`): checkpoints are taken at evaluation points, and `state_dict()`
+refuses to run with a push in flight.
 
 Deviations from the paper and the reference code (all [I]):
 - PS semantics computed with collectives: the push is an all-reduce average of the U_i, so
@@ -134,7 +137,18 @@ def compensate(
 class OSP(Algorithm):
     Config = Config
     periodic = True
-    state = ("global_model", "base", "num_round_steps", "num_pushes", "num_rounds")
+    state = (
+        "global_model",
+        "base",
+        "num_round_steps",
+        "num_pushes",
+        "num_rounds",
+        "_steps_logged",
+        "_windows_logged",
+        "_rounds_logged",
+    )
+    # Pushes start at rank-dependent steps: a checkpoint waits for drain() (evaluation points).
+    checkpoint_anywhere = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -238,6 +252,11 @@ class OSP(Algorithm):
                 p.copy_(w)
                 b.copy_(w)
         self.num_round_steps = 0
+
+    def state_dict(self) -> dict:
+        if self.pending is not None:
+            raise RuntimeError("OSP/LOSP state is saved only after drain(): a push is in flight")
+        return super().state_dict()
 
     def metrics(self) -> dict[str, float]:
         if self._rounds_logged == 0:

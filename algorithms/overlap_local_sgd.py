@@ -33,7 +33,8 @@ The anchor used at round r summarises the models of round r-1: it is tau local s
 the all-reduce has tau local steps to complete. One model-sized all-reduce per round.
 
 State: `anchor` (z, the latest anchor received), `anchor_momentum` (v_i; None before the first
-round), `pending` (the all-reduce in flight, folded into `anchor` by `drain()`).
+round), `pending` (the all-reduce in flight, folded into `anchor` by `drain()`; a checkpoint
+keeps its snapshot).
 
 Deviations from the paper and the reference code:
 - The anchor is the average of the post-pullback models, as in the reference code; whether the
@@ -113,6 +114,7 @@ class OverlapLocalSGD(Algorithm):
     Config = Config
     periodic = True
     state = ("anchor", "anchor_momentum")
+    inflight = ("pending",)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

@@ -32,7 +32,8 @@ named `bn<N>` (`bn1`, `layer1.0.bn2`, ...); the shortcut BN (`shortcut.1`) keeps
 `local_optimizer` builds the two parameter groups; `algorithm.bn_no_weight_decay=false` puts
 every parameter under the run's weight decay.
 
-State: `memories` (one e_i per matrix, empty without error feedback), `qs` (Q factors).
+State: `memories` (one e_i per matrix, empty without error feedback), `qs` (Q factors), and the
+sums behind `metrics()`.
 The step counter is the loop's `t`, passed to every hook, so it is not kept here.
 
 Deviations from the paper and the reference code:
@@ -97,7 +98,7 @@ class Config:
 
 class PowerSGD(Algorithm):
     Config = Config
-    state = ("memories", "qs")
+    state = ("memories", "qs", "_residual_sq", "_input_sq")
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

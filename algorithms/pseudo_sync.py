@@ -32,7 +32,8 @@ Without `blend_local` every worker applies the same S_t, so the replicas stay id
 Communication: one gradient-sized all-reduce per step, non-blocking, one step of staleness.
 
 State: `S` (predicted gradient), `G` (the averaged gradient that arrived but is not applied
-yet; `drain()` waits for the one in flight and stores it here), `last_confidence` (c_t).
+yet; `drain()` waits for the one in flight and stores it here), `last_confidence` (c_t),
+`pending` (G_t in flight; a checkpoint keeps its snapshot), and the sums behind `metrics()`.
 
 Deviations from the paper and the reference code (all [I]; neither the paper body nor code is
 available):
@@ -90,7 +91,8 @@ class Config:
 
 class PseudoSync(Algorithm):
     Config = Config
-    state = ("S", "G", "last_confidence")
+    state = ("S", "G", "last_confidence", "_confidence_sum", "_confidence_steps")
+    inflight = ("pending",)
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -145,10 +147,6 @@ class PseudoSync(Algorithm):
         out = {"confidence": float(self._confidence_sum) / self._confidence_steps}
         self._confidence_sum, self._confidence_steps = 0.0, 0
         return out
-
-    def load_state_dict(self, state) -> None:
-        super().load_state_dict(state)
-        self.pending = None
 
 
 def cosine(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-30) -> torch.Tensor:

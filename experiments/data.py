@@ -13,6 +13,7 @@ one-line `UserError`); `load_dataset` runs in each worker and never downloads, s
 race to write the same archive.
 """
 
+import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -20,7 +21,7 @@ from typing import NoReturn
 
 import numpy as np
 import torch
-from torch.utils.data import Dataset
+from torch.utils.data import Dataset, RandomSampler
 
 from experiments.errors import UserError
 
@@ -204,3 +205,17 @@ def _load_synthetic(cfg: Mapping) -> DataBundle:
         in_channels=p["channels"],
         image_size=p["image_size"],
     )
+
+
+class ResumableRandomSampler(RandomSampler):
+    """torch's RandomSampler (the same order from the same generator state: what
+    `DataLoader(shuffle=True, generator=g)` uses) whose next pass can skip its first `skip`
+    indices: a run resumed mid-epoch restores the generator to the epoch's start and skips the
+    batches it had already taken (experiments/loop.py). torch's samplers have no such position
+    (torchdata's StatefulDataLoader has one, but is another dependency for one integer)."""
+
+    skip: int = 0
+
+    def __iter__(self):
+        skip, self.skip = self.skip, 0
+        return itertools.islice(super().__iter__(), skip, None)

@@ -14,6 +14,7 @@ is still using (ecosystem.md: aborts at teardown).
 from __future__ import annotations
 
 import os
+import signal
 import socket
 import sys
 from collections.abc import Callable
@@ -48,6 +49,10 @@ def external_worker() -> Worker | None:
     if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in env:
         import submitit
 
+        # submitit recognises its SLURM environment by this variable, which only its own job
+        # launcher sets; a task started by `srun` in slurm/train.sbatch is in the same one.
+        env.setdefault("SUBMITIT_EXECUTOR", "slurm")
+
         # Sets MASTER_ADDR (first node), MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK; leaves
         # CUDA_VISIBLE_DEVICES alone because SLURM may already bind GPUs (ecosystem.md, sec. 2).
         denv = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
@@ -61,22 +66,48 @@ def external_worker() -> Worker | None:
     return None
 
 
-def choose_backend(requested: str, local_world_size: int) -> str:
+def gpu_index(local_rank: int, local_world_size: int) -> int | None:
+    """This worker's GPU among the visible ones, or None when the workers cannot have one each.
+
+    All the node's GPUs visible (one per local worker or more): GPU `local_rank`. One GPU
+    visible while several workers share the node: SLURM bound a GPU to each task
+    (`--gpus-per-task`, CUDA_VISIBLE_DEVICES set per task), so it is GPU 0; indexing it by
+    local rank would be an invalid device (ecosystem.md sec. 2).
+    """
+    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
+    if count >= local_world_size:
+        return local_rank
+    if count == 1:
+        return 0
+    return None
+
+
+def choose_backend(requested: str, local_rank: int, local_world_size: int) -> str:
     if requested != "auto":
         return requested
-    if torch.cuda.is_available() and torch.cuda.device_count() >= local_world_size:
-        return "nccl"
-    return "gloo"
+    return "nccl" if gpu_index(local_rank, local_world_size) is not None else "gloo"
 
 
-def device_for(backend: str, local_rank: int) -> torch.device:
+def device_for(backend: str, local_rank: int, local_world_size: int) -> torch.device:
     if backend == "nccl":
-        torch.cuda.set_device(local_rank)
-        return torch.device("cuda", local_rank)
+        index = gpu_index(local_rank, local_world_size)
+        if index is None:
+            raise RuntimeError(
+                f"backend nccl needs a GPU per worker: {torch.cuda.device_count()} visible "
+                f"for {local_world_size} workers on this node"
+            )
+        torch.cuda.set_device(index)
+        return torch.device("cuda", index)
     return torch.device("cpu")
 
 
-def init(worker: Worker, backend: str, timeout_s: float) -> None:
+def init(worker: Worker, backend: str, timeout_s: float) -> dist.ProcessGroup | None:
+    """Join the workers' process group; return the control group (None when alone).
+
+    The control group is a second, gloo group for the suite's own agreements (stop requests,
+    checkpoint digests: experiments/checkpoint.py), so they are never matched against the
+    algorithm's collectives in flight, and run on the CPU even when training uses NCCL.
+    """
     dist.init_process_group(
         backend=backend,
         init_method="env://",
@@ -84,6 +115,9 @@ def init(worker: Worker, backend: str, timeout_s: float) -> None:
         world_size=worker.world_size,
         timeout=timedelta(seconds=timeout_s),
     )
+    if worker.world_size == 1:
+        return None
+    return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
 
 
 def teardown(clean: bool = True) -> None:
@@ -117,12 +151,53 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+# Signals the launcher passes on to its spawned workers (experiments/checkpoint.py acts on them).
+FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+
+
 def spawn(fn: Callable, nprocs: int, args: tuple) -> None:
     """Run `fn(rank, nprocs, *args)` in `nprocs` fresh processes on this machine.
 
-    `torch.multiprocessing.start_processes` joins them and, when one fails, terminates the
-    others and raises (`ProcessRaisedException` / `ProcessExitedException`).
+    `torch.multiprocessing` joins them and, when one fails, terminates the others and raises
+    (`ProcessRaisedException` / `ProcessExitedException`). The workers run in their own process
+    group (`become_spawned_worker`), so a Ctrl-C in the terminal reaches this process only, and
+    it forwards each stop signal exactly once to every worker.
     """
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(free_port())
-    mp.start_processes(fn, args=(nprocs, *args), nprocs=nprocs, join=True, start_method="spawn")
+    context = mp.start_processes(
+        fn, args=(nprocs, *args), nprocs=nprocs, join=False, start_method="spawn"
+    )
+
+    def forward(signum, frame) -> None:
+        for process in context.processes:
+            if process.is_alive() and process.pid is not None:
+                try:
+                    os.kill(process.pid, signum)
+                except ProcessLookupError:
+                    pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    try:
+        while not context.join(timeout=0.5):
+            pass
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def become_spawned_worker() -> None:
+    """First thing in a worker spawned by `spawn`: leave the launcher's process group (signals
+    come forwarded, once) and die with the launcher if it is killed (Linux), so that no worker
+    outlives its run."""
+    parent = os.getppid()
+    os.setpgid(0, 0)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL("libc.so.6", use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+    if os.getppid() != parent:  # the launcher died before prctl took effect
+        os._exit(1)

@@ -8,3 +8,8 @@ partitions. Everything else is a bug or an environment failure and keeps its tra
 
 class UserError(Exception):
     """A problem with the user's input, reported as one line (no traceback)."""
+
+
+class Interrupted(Exception):
+    """The run stopped on a request (a signal) after saving a checkpoint: rerunning the same
+    command resumes it. run.py prints one line and exits with code 3."""

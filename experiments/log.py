@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -22,11 +23,28 @@ class Sink(Protocol):
 
 
 class JsonlSink:
-    """Appends one JSON object per call to metrics.jsonl, flushed at once."""
+    """Appends one JSON object per call to metrics.jsonl, flushed at once.
 
-    def __init__(self, run_dir: Path):
+    A rerun of an unfinished run starts the file afresh; a run resumed from a checkpoint at
+    step `keep_until_step` keeps the rows up to that step and appends after them, so no row is
+    lost or written twice (the rows logged after the checkpoint are logged again).
+    """
+
+    def __init__(self, run_dir: Path, keep_until_step: int | None = None):
         self.path = Path(run_dir) / METRICS
-        self._f = self.path.open("w")  # a rerun of an unfinished run starts its record afresh
+        kept: list[str] = []
+        if keep_until_step is not None and self.path.exists():
+            for line in self.path.read_text().splitlines():
+                try:
+                    row = json.loads(line)
+                except json.JSONDecodeError:  # a line cut short by the crash
+                    continue
+                if isinstance(row, dict) and row.get("step", math.inf) <= keep_until_step:
+                    kept.append(line)
+        tmp = self.path.with_name(f".{METRICS}.tmp")
+        tmp.write_text("".join(line + "\n" for line in kept))
+        os.replace(tmp, self.path)
+        self._f = self.path.open("a")
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         row = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
@@ -45,12 +63,17 @@ def _clean(v: Any) -> Any:
 
 
 class WandbSink:
-    def __init__(self, run_dir: Path, cfg: dict[str, Any], run_name: str):
+    def __init__(
+        self, run_dir: Path, cfg: dict[str, Any], run_name: str, run_id: str | None = None
+    ):
         import wandb
 
         wb = cfg["wandb"]
         self._wandb = wandb
         self._run = wandb.init(
+            # the run's fixed id: a resumed run continues the same W&B run (ecosystem.md sec. 2)
+            id=run_id,
+            resume="allow" if run_id else None,
             project=wb["project"],
             entity=wb.get("entity"),
             mode=wb["mode"],
@@ -89,8 +112,14 @@ class MultiSink:
             s.close()
 
 
-def make_sinks(run_dir: Path, cfg: dict[str, Any], run_name: str) -> MultiSink:
-    sinks: list[Sink] = [JsonlSink(run_dir)]
+def make_sinks(
+    run_dir: Path,
+    cfg: dict[str, Any],
+    run_name: str,
+    wandb_id: str | None = None,
+    keep_until_step: int | None = None,
+) -> MultiSink:
+    sinks: list[Sink] = [JsonlSink(run_dir, keep_until_step)]
     if cfg["wandb"]["mode"] != "disabled":
-        sinks.append(WandbSink(run_dir, cfg, run_name))
+        sinks.append(WandbSink(run_dir, cfg, run_name, wandb_id))
     return MultiSink(sinks)

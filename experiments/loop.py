@@ -7,14 +7,22 @@
         clock.local_step(t)        (virtual: adds the modeled step; real: emulated sleep)
         algo.before_step(t) -> optimizer.step() -> algo.after_step(t)
                                                              (... minus time/comm_exposed_s)
+        (between steps: the stop poll, see below)
     every `eval_every` epochs and after the last: algo.drain() (algo.finish() the last time),
-    then evaluate (time/eval_s, not training time)
+    then evaluate (time/eval_s, not training time); then, every `checkpoint_every` epochs or
+    when the workers agree to stop, a checkpoint
 
 Time is kept on the run's clock (experiments/clock.py): wall-clock, or a deterministic virtual
 clock on which collectives complete at their modeled times. Training time excludes evaluation
 (AlgoPerf's rule). A non-finite training loss stops the run
 with status `diverged` on every worker at the next evaluation point, and the summary names the
 first step at which any worker saw it.
+
+Checkpoints (experiments/checkpoint.py): `capture()` takes this worker's whole state at a step
+boundary and `restore()` puts it back, so that a resumed run continues on the same trajectory.
+A stop request (a signal) is acted on at the next step boundary the workers agree on (every
+`checkpoint.poll_steps` steps, for algorithms that allow it) or at the next evaluation point;
+the loop then saves a checkpoint and returns status `interrupted`.
 """
 
 from __future__ import annotations
@@ -22,14 +30,18 @@ from __future__ import annotations
 import math
 import sys
 import time
-from dataclasses import dataclass
+from collections.abc import Callable
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
 
 from algorithms.base import Algorithm
 from algorithms.comm import Comm
+from experiments.checkpoint import Stopper
 from experiments.evaluate import evaluate
+from experiments.records import write_json_atomic
 from experiments.schedule import lr_at
 
 
@@ -40,6 +52,7 @@ class LoopSettings:
     schedule: dict  # keyword arguments of experiments.schedule.lr_at
     dtype: torch.dtype = torch.float32
     progress: bool = True
+    heartbeat: Path | None = None  # rank 0: a file rewritten every HEARTBEAT_S while training
 
 
 @dataclass
@@ -57,6 +70,35 @@ class Times:
     eval_s: float = 0.0
 
 
+@dataclass
+class Position:
+    """Where the loop stands: everything a checkpoint needs besides the model, the optimizer,
+    the algorithm, the clock and the ledger."""
+
+    step: int = 0  # local steps done (one counter across epochs)
+    epoch: int = 0  # the epoch in progress (0-based)
+    batch_in_epoch: int = 0  # batches of `epoch` already taken
+    loss_sum: float = 0.0  # training loss since the last evaluation
+    loss_steps: int = 0
+    first_bad_step: float = math.inf  # first step whose local loss was not finite
+    best_acc: float = -1.0
+    lr: float = 0.0
+    row: dict = field(default_factory=dict)  # the last evaluation's metrics
+    epoch_rng: torch.Tensor | None = None  # the data loader's generator at the start of `epoch`
+
+
+@dataclass
+class Checkpointing:
+    """What the runner hands the loop for checkpoints (experiments/checkpoint.py): `save(state,
+    step, epoch, reason)` writes one consistently on every worker; `stopper` carries the stop
+    requests; `every` is in epochs (0: on stop requests only); `resume` is a saved state."""
+
+    save: Callable[[dict, int, int, str], object]
+    stopper: Stopper
+    every: int = 0
+    resume: dict | None = None
+
+
 def train(
     algo: Algorithm,
     comm: Comm,
@@ -66,22 +108,46 @@ def train(
     device: torch.device,
     settings: LoopSettings,
     sink=None,
+    checkpointing: Checkpointing | None = None,
 ) -> dict:
-    """Run the whole training; return the numbers for summary.json (same on every rank)."""
+    """Run the whole training (or the rest of it, from `checkpointing.resume`); return the
+    numbers for summary.json (same on every rank). Status `interrupted` when the workers
+    stopped on a request, after a checkpoint."""
     model, optimizer, ledger = algo.model, algo.optimizer, comm.ledger
     steps_per_epoch = len(train_loader)
     total_steps = settings.epochs * steps_per_epoch
-    progress = Progress(total_steps, enabled=settings.progress and comm.rank == 0)
-    clock, times = comm.clock, Times()
-    step, status, best_acc = 0, "completed", -1.0
-    first_bad_step = math.inf  # first step whose local training loss was not finite
-    loss_sum, loss_steps = 0.0, 0
-    row: dict = {}
+    clock, times, pos = comm.clock, Times(), Position()
+    ckpt = checkpointing
+    if ckpt is not None and ckpt.resume is not None:
+        restore(ckpt.resume, algo, comm, times, pos, train_loader)
+    progress = Progress(total_steps, enabled=settings.progress and comm.rank == 0, done=pos.step)
+    heartbeat = Heartbeat(settings.heartbeat, total_steps)
+    heartbeat.beat(pos.step)
+    status, diverged, diverged_at = "completed", False, math.inf
+
+    def checkpoint(reason: str) -> None:
+        state = capture(algo, comm, times, pos, train_loader)
+        ckpt.save(state, pos.step, pos.epoch, reason)
 
     model.train()
-    for epoch in range(settings.epochs):
+    for epoch in range(pos.epoch, settings.epochs):
+        if epoch != pos.epoch:
+            pos.epoch, pos.batch_in_epoch = epoch, 0
+        # The epoch's data order comes from the loader's generator as it is now; a run resumed
+        # mid-epoch restored it to the epoch's start (restore()) and skips the batches taken.
+        pos.epoch_rng = _generator_state(train_loader)
+        if pos.batch_in_epoch:
+            train_loader.sampler.skip = pos.batch_in_epoch * train_loader.batch_size
         batches = iter(train_loader)
         while True:
+            if (
+                ckpt is not None
+                and pos.batch_in_epoch < steps_per_epoch
+                and ckpt.stopper.poll(pos.step)
+            ):
+                checkpoint("stop request")
+                status = "interrupted"
+                break
             t0 = time.perf_counter()
             batch = next(batches, None)
             if batch is None:
@@ -89,6 +155,7 @@ def train(
             x = batch[0].to(device, dtype=settings.dtype, non_blocking=True)
             y = batch[1].to(device, non_blocking=True)
             t1 = time.perf_counter()
+            step = pos.step
             lr = lr_at(step, steps_per_epoch, **settings.schedule)
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -104,8 +171,8 @@ def train(
             optimizer.step()
             algo.after_step(step)
             loss_value = loss.item()  # also the sync point with an accelerator
-            if not math.isfinite(loss_value) and first_bad_step == math.inf:
-                first_bad_step = step
+            if not math.isfinite(loss_value) and pos.first_bad_step == math.inf:
+                pos.first_bad_step = step
 
             t2 = time.perf_counter()
             if clock.virtual:
@@ -115,10 +182,15 @@ def train(
                 times.data_s += t1 - t0
                 times.compute_s += (t2 - t1) - (ledger.exposed_s - exposed_before)
                 times.train_s += t2 - t0
-            loss_sum += loss_value
-            loss_steps += 1
-            step += 1
-            progress.update(step, loss_value)
+            pos.loss_sum += loss_value
+            pos.loss_steps += 1
+            pos.lr = lr
+            pos.step += 1
+            pos.batch_in_epoch += 1
+            progress.update(pos.step, loss_value)
+            heartbeat.beat(pos.step)
+        if status == "interrupted":
+            break
 
         last = epoch == settings.epochs - 1
         if not last and (epoch + 1) % settings.eval_every != 0:
@@ -142,15 +214,15 @@ def train(
 
         # Divergence is a result: the workers agree on the first step at which any of them saw
         # a non-finite loss, and stop together.
-        (diverged_at,) = comm.sum_scalars([first_bad_step], op="min")
+        (diverged_at,) = comm.sum_scalars([pos.first_bad_step], op="min")
         diverged = math.isfinite(diverged_at)
-        (train_loss_sum, train_steps) = comm.sum_scalars([loss_sum, loss_steps])
+        (train_loss_sum, train_steps) = comm.sum_scalars([pos.loss_sum, pos.loss_steps])
         train_loss = train_loss_sum / max(train_steps, 1)
-        loss_sum, loss_steps = 0.0, 0
+        pos.loss_sum, pos.loss_steps = 0.0, 0
         row = {
             "epoch": epoch + 1,
             "train/loss": train_loss,
-            "lr": lr,
+            "lr": pos.lr,
             **evaluate(
                 model, algo.eval_model(), comm, test_full, test_shard, device, settings.dtype
             ),
@@ -162,26 +234,84 @@ def train(
                 **{f"algo/{k}": v for k, v in algo.metrics().items()},
             }
         )
-        best_acc = max(best_acc, row["test/acc"])
+        pos.row = row
+        pos.best_acc = max(pos.best_acc, row["test/acc"])
         if sink is not None:
-            sink.log(row, step)
-        progress.report(step, epoch + 1, settings.epochs, row)
+            sink.log(row, pos.step)
+        progress.report(pos.step, epoch + 1, settings.epochs, row)
         if diverged or not (math.isfinite(train_loss) and math.isfinite(row["test/loss"])):
             status = "diverged"  # every rank saw the same all-reduced numbers
             break
+        if ckpt is None or last:
+            continue
+        # Every worker is at rest here: the place for periodic checkpoints, and where OSP/LOSP
+        # (no safe step between two drains) answer a stop request.
+        stop = ckpt.stopper.agree(pos.step)
+        periodic = ckpt.every > 0 and (epoch + 1) % ckpt.every == 0
+        if stop or periodic:
+            pos.epoch, pos.batch_in_epoch = epoch + 1, 0
+            pos.epoch_rng = _generator_state(train_loader)
+            checkpoint("stop request" if stop else "periodic")
+        if stop:
+            status = "interrupted"
+            break
 
     progress.close()
+    if ckpt is not None:
+        ckpt.stopper.close()
+    row = pos.row
     return {
         "status": status,
         "final/test_acc": row.get("test/acc"),
         "final/test_acc_local": row.get("test/acc_local"),
-        "best/test_acc": best_acc,
+        "best/test_acc": pos.best_acc,
         "final/train_loss": row.get("train/loss"),
-        "steps": step,
+        "steps": pos.step,
         "diverged_at_step": int(diverged_at) if status == "diverged" and diverged else None,
         "epochs": row.get("epoch"),
         **time_ledger(times, ledger),
     }
+
+
+def _generator_state(loader) -> torch.Tensor | None:
+    return loader.generator.get_state() if loader.generator is not None else None
+
+
+def capture(algo: Algorithm, comm: Comm, times: Times, pos: Position, train_loader) -> dict:
+    """This worker's whole state at a step boundary, for experiments/checkpoint.py."""
+    rng = {"torch": torch.get_rng_state()}
+    if torch.cuda.is_available() and torch.cuda.is_initialized():
+        rng["cuda"] = torch.cuda.get_rng_state_all()
+    return {
+        "model": algo.model.state_dict(),
+        "optimizer": algo.optimizer.state_dict(),
+        "algorithm": algo.state_dict(),
+        "rng": rng,
+        "clock": comm.clock.now() if comm.clock.virtual else None,
+        "ledger": asdict(comm.ledger),
+        "times": asdict(times),
+        "position": {k: v for k, v in asdict(pos).items()},
+    }
+
+
+def restore(state: dict, algo: Algorithm, comm: Comm, times: Times, pos: Position, loader) -> None:
+    """The inverse of capture(): after it, the loop continues as the saved worker would have."""
+    algo.model.load_state_dict(state["model"])
+    algo.optimizer.load_state_dict(state["optimizer"])
+    algo.load_state_dict(state["algorithm"])
+    torch.set_rng_state(state["rng"]["torch"])
+    if "cuda" in state["rng"] and torch.cuda.is_available():
+        torch.cuda.set_rng_state_all(state["rng"]["cuda"])
+    if comm.clock.virtual and state["clock"] is not None:
+        comm.clock.t = state["clock"]
+    for k, v in state["ledger"].items():
+        setattr(comm.ledger, k, v)
+    for k, v in state["times"].items():
+        setattr(times, k, v)
+    for k, v in state["position"].items():
+        setattr(pos, k, v)
+    if pos.epoch_rng is not None and loader.generator is not None:
+        loader.generator.set_state(pos.epoch_rng)
 
 
 def time_ledger(times: Times, ledger) -> dict[str, float]:
@@ -200,18 +330,38 @@ def time_ledger(times: Times, ledger) -> dict[str, float]:
     }
 
 
+HEARTBEAT_S = 30.0
+
+
+class Heartbeat:
+    """`heartbeat.json` in the run directory, rewritten at most every HEARTBEAT_S seconds with
+    the step and the time: how `python -m analysis.status` tells a running run from one whose
+    job died without a word (a killed job cannot update its summary)."""
+
+    def __init__(self, path: Path | None, total: int):
+        self.path, self.total, self.last = path, total, -math.inf
+
+    def beat(self, step: int) -> None:
+        if self.path is None or time.monotonic() - self.last < HEARTBEAT_S:
+            return
+        self.last = time.monotonic()
+        write_json_atomic(
+            self.path, {"step": step, "total_steps": self.total, "time": time.time()}
+        )
+
+
 class Progress:
     """Rank 0's progress: a tqdm bar on a terminal, plain log lines otherwise."""
 
-    def __init__(self, total: int, enabled: bool):
-        self.enabled, self.total = enabled, total
+    def __init__(self, total: int, enabled: bool, done: int = 0):
+        self.enabled, self.total, self.done0 = enabled, total, done
         self.start = time.perf_counter()
         self.bar = None
         self.acc = float("nan")
         if enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
-            self.bar = tqdm(total=total, unit="step", dynamic_ncols=True, leave=True)
+            self.bar = tqdm(total=total, initial=done, unit="step", dynamic_ncols=True, leave=True)
 
     def update(self, step: int, loss: float) -> None:
         if self.bar is not None:
@@ -225,8 +375,8 @@ class Progress:
         if self.bar is not None:
             return
         elapsed = time.perf_counter() - self.start
-        done = epoch / epochs
-        eta = elapsed * (1 - done) / done if done > 0 else float("nan")
+        run = step - self.done0  # steps of this process (a resumed run started at done0)
+        eta = elapsed * (self.total - step) / run if run > 0 else float("nan")
         print(
             f"epoch {epoch}/{epochs}  step {step}/{self.total}  "
             f"train/loss {row['train/loss']:.4f}  "

@@ -4,6 +4,8 @@
     metrics.jsonl    one JSON object per evaluation
     summary.json     status (running | completed | diverged | failed) and the final numbers
     data_card.json   per-worker label histogram
+    heartbeat.json   the step and the time, rewritten every 30 s while training (rank 0)
+    checkpoint/      the latest checkpoint while the run is unfinished (experiments/checkpoint.py)
 
 Writes are atomic (temporary file + rename), so a reader never sees half a summary, and the
 status `completed` is written last, after everything else is on disk.
@@ -22,6 +24,7 @@ SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 CONFIG = "config.yaml"
 DATA_CARD = "data_card.json"
+HEARTBEAT = "heartbeat.json"  # step and time, rewritten every 30 s while the run trains
 FINISHED = ("completed", "diverged")
 
 
@@ -62,8 +65,11 @@ def is_finished(run_dir: Path) -> bool:
     return bool(summary) and summary.get("status") in FINISHED
 
 
-def update_summary(run_dir: Path, **fields: Any) -> dict:
+def update_summary(run_dir: Path, drop: tuple[str, ...] = (), **fields: Any) -> dict:
+    """Merge `fields` into summary.json (atomically), removing the keys in `drop`."""
     summary = read_summary(run_dir) or {}
+    for key in drop:
+        summary.pop(key, None)
     summary.update(fields)
     write_json_atomic(Path(run_dir) / SUMMARY, summary)
     return summary

@@ -13,8 +13,10 @@ from __future__ import annotations
 import math
 import os
 import platform
+import sys
 import time
 import traceback
+import uuid
 from pathlib import Path
 from typing import Any
 
@@ -22,12 +24,15 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import algorithms
+from experiments import checkpoint as ckpt
 from experiments import dist as d
+from experiments.checkpoint import Stopper
 from experiments.clock import make_clock
-from experiments.errors import UserError
+from experiments.errors import Interrupted, UserError
 from experiments.records import (
     CONFIG,
     DATA_CARD,
+    HEARTBEAT,
     git_sha,
     is_finished,
     read_summary,
@@ -64,6 +69,8 @@ def validate(cfg: dict[str, Any]) -> None:
         raise UserError(
             f"lr_decay_at holds fractions of epochs in (0, 1], got {cfg['lr_decay_at']}"
         )
+    validate_checkpointing(cfg)
+    validate_cluster(cfg)
     if cfg.get("dtype", "float32") not in DTYPES:
         raise UserError(f"dtype must be one of {', '.join(DTYPES)}, got {cfg.get('dtype')!r}")
     if cfg["timing"] not in TIMINGS:
@@ -84,6 +91,47 @@ def validate(cfg: dict[str, Any]) -> None:
         raise UserError(str(e)) from None
 
 
+def validate_checkpointing(cfg: dict[str, Any]) -> None:
+    every, c = cfg["checkpoint_every"], cfg["checkpoint"]
+    if not _is_int(every) or every < 0:
+        raise UserError(f"checkpoint_every must be an integer >= 0 (epochs), got {every!r}")
+    if every and every % cfg["eval_every"]:
+        raise UserError(
+            f"checkpoint_every={every} must be a multiple of eval_every={cfg['eval_every']}: "
+            "checkpoints are taken at evaluation points, where every worker is at rest"
+        )
+    if not isinstance(c["on_signal"], bool):
+        raise UserError(f"checkpoint.on_signal must be true or false, got {c['on_signal']!r}")
+    if not _is_int(c["poll_steps"]) or c["poll_steps"] < 1:
+        raise UserError(f"checkpoint.poll_steps must be an integer >= 1, got {c['poll_steps']!r}")
+    at = c.get("simulate_signal_at_step")
+    if at is not None and (not _is_int(at) or at < 1):
+        raise UserError(
+            f"checkpoint.simulate_signal_at_step must be null or an integer >= 1, got {at!r}"
+        )
+
+
+def validate_cluster(cfg: dict[str, Any]) -> None:
+    c = cfg["cluster"]
+    if c.get("name") != "slurm":
+        return
+    nodes, per_node = c["nodes"], c["tasks_per_node"]
+    if not _is_int(nodes) or nodes < 1 or not _is_int(per_node) or per_node < 1:
+        raise UserError(
+            f"cluster.nodes and cluster.tasks_per_node must be integers >= 1, got {nodes!r} "
+            f"and {per_node!r}"
+        )
+    if nodes * per_node != cfg["workers"]:
+        raise UserError(
+            f"workers={cfg['workers']} do not fill cluster.nodes={nodes} x "
+            f"cluster.tasks_per_node={per_node}: choose workers divisible by the nodes"
+        )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
 def check_data(cfg: dict[str, Any]):
     """Make sure the data is there and the partition is feasible; return the loaded data and
     the data card."""
@@ -102,7 +150,8 @@ def check_data(cfg: dict[str, Any]):
 
 
 def run(cfg: DictConfig, run_dir: str | Path) -> str:
-    """Run one configuration into `run_dir`; return the final status."""
+    """Run one configuration into `run_dir`; return the final status. A run directory with a
+    checkpoint and no finished result is resumed (experiments/checkpoint.py)."""
     run_dir = Path(run_dir)
     plain: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)
     worker = d.external_worker()
@@ -117,24 +166,35 @@ def run(cfg: DictConfig, run_dir: str | Path) -> str:
         # Under torchrun/srun the launcher decides the world size; the record must say so.
         plain["workers"] = worker.world_size
         validate(plain)
+    # A checkpoint that cannot be used is an error before any worker starts (never a silent
+    # restart from scratch); launched workers check their own file again.
+    meta = ckpt.verify(run_dir, plain, ranks=None if worker is None else [worker.rank])
     bundle, card = check_data(plain)
 
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         (run_dir / CONFIG).write_text(OmegaConf.to_yaml(OmegaConf.create(plain)))
         write_json_atomic(run_dir / DATA_CARD, card)
+        previous = read_summary(run_dir) or {}
+        resumed = previous.get("resumed", [])
+        if meta is not None:
+            resumed = [*resumed, {"from_step": meta["step"], "at": _now(), "host": _host()}]
         update_summary(
             run_dir,
+            drop=("error", "interrupted", "finished_at"),
             status="running",
             world_size=plain["workers"],
             git_sha=git_sha(),
             torch_version=torch.__version__,
-            host=platform.node(),
-            started_at=time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+            host=_host(),
+            started_at=previous.get("started_at") if meta is not None else _now(),
+            resumed=resumed,
+            wandb_id=previous.get("wandb_id") or _wandb_id(),
             data_card=card,
         )
+        what = f"resume from step {meta['step']} ({meta['reason']})" if meta else "run"
         print(
-            f"run {run_dir}: {plain['algorithm']['name']} tau={plain['tau']} "
+            f"{what} {run_dir}: {plain['algorithm']['name']} tau={plain['tau']} "
             f"workers={plain['workers']} dataset={plain['dataset']['name']} "
             f"model={plain['model']['name']} epochs={plain['epochs']}",
             flush=True,
@@ -145,17 +205,38 @@ def run(cfg: DictConfig, run_dir: str | Path) -> str:
             # in every process (importing scikit-learn) would cost seconds per run.
             shared = bundle if plain["dataset"]["name"] != "cifar10" else None
             d.spawn(worker_main, plain["workers"], (plain, str(run_dir), shared))
+            summary = read_summary(run_dir) or {}
+            status = "interrupted" if summary.get("interrupted") else summary.get("status")
         else:
-            worker_main(worker.rank, worker.world_size, plain, str(run_dir), bundle, worker)
+            status = worker_main(
+                worker.rank, worker.world_size, plain, str(run_dir), bundle, worker
+            )
     except BaseException as e:
         if is_main:
             update_summary(run_dir, status="failed", error=f"{type(e).__name__}: {e}"[:2000])
         raise
+    if status == "interrupted":
+        summary = read_summary(run_dir) or {}
+        raise Interrupted(f"{run_dir}: {summary.get('error', 'interrupted')}")
     if not is_main:
-        return "completed"
+        return status
     summary = read_summary(run_dir)
     print(outcome_line(run_dir, summary), flush=True)
     return summary["status"]
+
+
+def _now() -> str:
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
+
+
+def _host() -> str:
+    return platform.node()
+
+
+def _wandb_id() -> str:
+    """The run's W&B id, fixed at its first start so that a resumed run continues the same W&B
+    run (`resume="allow"`) instead of starting a new one."""
+    return uuid.uuid4().hex[:12]
 
 
 def outcome_line(run_dir: Path, s: dict) -> str:
@@ -175,43 +256,68 @@ def worker_main(
     run_dir: str,
     bundle=None,
     worker: d.Worker | None = None,
-) -> None:
-    """Entry point of one worker process."""
+) -> str:
+    """Entry point of one worker process; returns the run's status as this worker saw it."""
     if worker is None:  # spawned by run.py on this machine
+        d.become_spawned_worker()
         worker = d.Worker(rank, world_size, rank, world_size, external=False)
         os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world_size)
-    backend = d.choose_backend(cfg["cluster"]["backend"], worker.local_world_size)
+    # Stop requests are caught from the start; the workers agree on them in the loop.
+    stopper = Stopper(
+        rank=worker.rank,
+        world_size=worker.world_size,
+        group=None,
+        poll_steps=cfg["checkpoint"]["poll_steps"],
+        anywhere=True,
+        simulate_at_step=cfg["checkpoint"].get("simulate_signal_at_step"),
+    )
+    if cfg["checkpoint"]["on_signal"]:
+        stopper.install()
+    backend = d.choose_backend(
+        cfg["cluster"]["backend"], worker.local_rank, worker.local_world_size
+    )
     threads = cfg.get("threads_per_worker") or max(
         1, (os.cpu_count() or 1) // worker.local_world_size
     )
     torch.set_num_threads(threads)
-    d.init(worker, backend, cfg["dist_timeout_s"])
     clean = False
     try:
-        train_worker(cfg, Path(run_dir), worker, backend, bundle)
+        stopper.group = d.init(worker, backend, cfg["dist_timeout_s"])
+        status = train_worker(cfg, Path(run_dir), worker, backend, bundle, stopper)
         clean = True
     except Exception:
         if worker.rank == 0:
             traceback.print_exc()
         raise
     finally:
+        stopper.close()
         d.teardown(clean)
     if not worker.external:  # spawned by run.py: nothing may run after the teardown
         d.exit_spawned_worker()
+    return status
 
 
-def train_worker(cfg: dict, run_dir: Path, worker: d.Worker, backend: str, bundle=None) -> None:
+def train_worker(
+    cfg: dict,
+    run_dir: Path,
+    worker: d.Worker,
+    backend: str,
+    bundle=None,
+    stopper: Stopper | None = None,
+) -> str:
+    """Build this worker's data, model, optimizer and algorithm, resume from the run's
+    checkpoint if there is one, train, and (rank 0) write the summary. Returns the status."""
     from torch.utils.data import DataLoader, Subset
 
     from algorithms.comm import Comm
-    from experiments.data import load_dataset
+    from experiments.data import ResumableRandomSampler, load_dataset
     from experiments.log import make_sinks
-    from experiments.loop import LoopSettings, train
+    from experiments.loop import Checkpointing, LoopSettings, train
     from experiments.models import build_model
     from experiments.partition import make_partition
 
     rank, m, seed = worker.rank, worker.world_size, cfg["seed"]
-    device = d.device_for(backend, worker.local_rank)
+    device = d.device_for(backend, worker.local_rank, worker.local_world_size)
     dtype = DTYPES[cfg.get("dtype", "float32")]
     comm = Comm(clock=make_clock(cfg, rank, m))
 
@@ -226,10 +332,12 @@ def train_worker(cfg: dict, run_dir: Path, worker: d.Worker, backend: str, bundl
 
     loader_seed = torch.Generator().manual_seed(seed * 1_000_003 + rank)
     num_loader_workers = int(cfg["dataset"].get("num_workers", 0) or 0)
+    shard = Subset(bundle.train, shards[rank].tolist())
     train_loader = DataLoader(
-        Subset(bundle.train, shards[rank].tolist()),
+        shard,
         batch_size=cfg["batch_size"],
-        shuffle=True,
+        # = shuffle=True (same order), plus a position for runs resumed mid-epoch
+        sampler=ResumableRandomSampler(shard, generator=loader_seed),
         generator=loader_seed,
         drop_last=False,  # the reference keeps the last partial batch
         num_workers=num_loader_workers,
@@ -259,19 +367,94 @@ def train_worker(cfg: dict, run_dir: Path, worker: d.Worker, backend: str, bundl
     )
     algo = algorithms.REGISTRY[name](model, optimizer, comm, algo_cfg, tau=cfg["tau"])
 
-    sink = make_sinks(run_dir, cfg, run_dir.name) if rank == 0 else None
+    # Resume: every rank loads its own file of the latest checkpoint (verified again here:
+    # under srun each worker reads it from the shared file system).
+    meta = ckpt.verify(run_dir, cfg, ranks=[rank])
+    resume = ckpt.load(run_dir, meta, rank) if meta is not None else None
+    checkpointing = None
+    if stopper is not None and (cfg["checkpoint_every"] > 0 or cfg["checkpoint"]["on_signal"]):
+        stopper.anywhere = algo.checkpoint_anywhere
+        if meta is not None:
+            stopper.forget_simulation_before(meta["step"])
+
+        def save(state: dict, step: int, epoch: int, reason: str) -> None:
+            ckpt.save(
+                run_dir,
+                state,
+                rank=rank,
+                world_size=m,
+                step=step,
+                epoch=epoch,
+                reason=reason,
+                cfg=cfg,
+                group=stopper.group,
+            )
+
+        checkpointing = Checkpointing(
+            save=save, stopper=stopper, every=cfg["checkpoint_every"], resume=resume
+        )
+    elif resume is not None:
+        raise UserError(
+            f"{ckpt.latest_path(run_dir)} exists but checkpointing is off "
+            "(checkpoint_every=0, checkpoint.on_signal=false): turn it on to resume"
+        )
+
+    sink = None
+    if rank == 0:
+        summary = read_summary(run_dir) or {}
+        sink = make_sinks(
+            run_dir,
+            cfg,
+            run_dir.name,
+            wandb_id=summary.get("wandb_id"),
+            keep_until_step=meta["step"] if meta is not None else None,
+        )
     settings = LoopSettings(
         epochs=cfg["epochs"],
         eval_every=cfg["eval_every"],
         schedule=schedule,
         dtype=dtype,
         progress=cfg.get("progress", True),
+        heartbeat=run_dir / HEARTBEAT if rank == 0 else None,
     )
     try:
-        result = train(algo, comm, train_loader, test_full, test_shard, device, settings, sink)
+        result = train(
+            algo,
+            comm,
+            train_loader,
+            test_full,
+            test_shard,
+            device,
+            settings,
+            sink,
+            checkpointing,
+        )
     finally:
         if sink is not None:
             sink.close()
     if rank == 0:
-        result["finished_at"] = time.strftime("%Y-%m-%dT%H:%M:%S%z")
-        update_summary(run_dir, **result)  # status completed/diverged: written last
+        if result["status"] == "interrupted":
+            write_interruption(run_dir, result["steps"], stopper)
+        else:
+            result["finished_at"] = _now()
+            update_summary(run_dir, **result)  # status completed/diverged: written last
+            ckpt.remove(run_dir)
+    return result["status"]
+
+
+def write_interruption(run_dir: Path, step: int, stopper: Stopper) -> None:
+    """Rank 0, after the stop checkpoint: the summary says `failed` (the run did not finish)
+    and why, and, when the signal announced a time limit or preemption under SLURM, the job
+    is requeued; its next start resumes from the checkpoint."""
+    what = stopper.signal_name or "a stop request on another worker"
+    error = f"interrupted by {what} at step {step}; checkpoint saved: rerun to resume"
+    requeue = ckpt.requeue_slurm_job() if stopper.requeue else None
+    if requeue:
+        error += f" ({requeue})"
+    update_summary(
+        run_dir,
+        status="failed",
+        error=error,
+        interrupted={"signal": what, "step": step, "at": _now(), "requeue": requeue},
+    )
+    print(f"{run_dir}: {error}", file=sys.stderr, flush=True)

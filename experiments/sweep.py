@@ -48,10 +48,7 @@ def main(argv: list[str] | None = None) -> int:
         fail(f"unknown scale {args.scale!r}; choose from {', '.join(scales)}")
     clusters = sorted(p.stem for p in (CONF / "cluster").glob("*.yaml"))
     if args.cluster not in clusters:
-        fail(
-            f"cluster {args.cluster!r} is not available yet (SLURM support is issue #6); "
-            f"choose from {', '.join(clusters)}"
-        )
+        fail(f"unknown cluster {args.cluster!r}; choose from {', '.join(clusters)}")
 
     preset = OmegaConf.load(CONF / "experiment" / f"{args.experiment}.yaml")
     extra_sweeps = [list(s) for s in preset.get("extra_sweeps", [])]

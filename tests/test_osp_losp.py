@@ -300,6 +300,11 @@ def _protocol_runs(rank: int, world_size: int):
     algo = FixedLOSP(model, opt, Comm(), cfg, tau=2)
     algo.window = 1
     hook_steps(algo, model, opt, batches[:5])
+    with pytest.raises(RuntimeError, match="drain"):  # a push may be in flight: no snapshot
+        algo._push([torch.zeros_like(p) for p in algo.params], regular=False)
+        algo.state_dict()
+    algo._receive()
+    algo.drain()  # where the loop checkpoints OSP/LOSP: after a drain on every rank
     state = algo.state_dict()
     model2, opt2 = copy.deepcopy(model), None
     opt_state = copy.deepcopy(opt.state_dict())
@@ -350,6 +355,6 @@ def test_finish_drain_consensus_bytes_and_round_trip_with_uneven_windows():
     # (d) state_dict -> fresh object -> load_state_dict -> the same next steps
     for r in (r0, r1):
         original, resumed, keys = r["round_trip"]
-        assert keys == sorted(OSP.state)
+        assert keys == sorted((*OSP.state, "inflight"))
         for a, b in zip(original, resumed, strict=True):
             assert torch.equal(a, b)

@@ -70,10 +70,10 @@ def test_interrupted_sweep_resumes_only_the_missing_points(tmp_path):
 
 
 def test_unknown_cluster_or_preset_is_a_clear_error(tmp_path):
-    proc = sweep("table1", "--cluster", "slurm", "--out-root", str(tmp_path))
+    proc = sweep("table1", "--cluster", "pbs", "--out-root", str(tmp_path))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "error: cluster 'slurm' is not available yet (SLURM support is issue #6); choose from local"
+        "error: unknown cluster 'pbs'; choose from local, slurm"
     ]
     proc = sweep("table9", "--out-root", str(tmp_path))
     assert proc.returncode == 2 and "presets: demo, fig4" in proc.stderr

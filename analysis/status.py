@@ -1,0 +1,144 @@
+"""How the runs of a sweep stand, from their records alone (not from the launcher's job states,
+which Hydra's submitit launcher reports wrongly at times: hydra#1928).
+
+    python -m analysis.status ROOT [--experiment NAME [--scale S]] [--stale-after MIN] [--check]
+
+Each run directory under ROOT (one holding `summary.json`, or a Hydra job directory without one)
+gets one line:
+
+- `completed`, `diverged`: finished results, never recomputed;
+- `running`: its summary says running and its heartbeat (`heartbeat.json`, rewritten every 30 s
+  while it trains) is fresh, with the step reached;
+- `failed`: its summary says failed (the error, and for a run interrupted by a signal the step of
+  its checkpoint: a rerun resumes it), or it says running but its heartbeat is older than
+  `--stale-after` minutes (the job died without a word: node failure, SIGKILL, out of memory),
+  or the job never wrote a summary (it stopped before its first record);
+
+and with `--experiment` (a preset of conf/experiment/), the preset's grid points that have no run
+directory at all are listed as `missing`. `--check` exits 1 unless every run (and point) is
+completed or diverged.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+from experiments.errors import UserError
+
+STATUSES = ("completed", "diverged", "running", "failed", "missing")
+
+
+def run_dirs(root: Path) -> list[Path]:
+    """Directories holding a run record or a Hydra job's config (skipping .submitit etc.)."""
+    out = []
+    for dirpath, dirnames, filenames in os.walk(root):
+        dirnames[:] = [d for d in dirnames if not d.startswith(".") and d != "checkpoint"]
+        here = Path(dirpath)
+        if "summary.json" in filenames or (here / ".hydra" / "config.yaml").is_file():
+            out.append(here)
+            dirnames[:] = []
+    return sorted(out)
+
+
+def _json(path: Path) -> dict | None:
+    try:
+        value = json.loads(path.read_text())
+        return value if isinstance(value, dict) else None
+    except (OSError, ValueError):
+        return None
+
+
+def run_status(run_dir: Path, stale_after_s: float, now: float | None = None) -> dict[str, Any]:
+    """One run's status and the detail that explains it."""
+    now = time.time() if now is None else now
+    summary = _json(run_dir / "summary.json")
+    if summary is None:
+        if (run_dir / "summary.json").exists():
+            return {"status": "failed", "detail": "summary.json is unreadable"}
+        return {"status": "failed", "detail": "no summary: the job stopped before its record"}
+    status = summary.get("status")
+    if status in ("completed", "diverged"):
+        acc = summary.get("final/test_acc")
+        detail = f"final/test_acc {acc:.4f}" if isinstance(acc, int | float) else ""
+        if status == "diverged":
+            detail = f"diverged at step {summary.get('diverged_at_step')}"
+        return {"status": status, "detail": detail}
+    if status == "running":
+        beat = _json(run_dir / "heartbeat.json")
+        last = beat.get("time") if beat else None
+        if last is None:  # no heartbeat yet: the summary's own age
+            last = (run_dir / "summary.json").stat().st_mtime
+        age = now - last
+        if age > stale_after_s:
+            return {
+                "status": "failed",
+                "detail": f"stale: no heartbeat for {age / 60:.0f} min (the job died); "
+                "a rerun resumes from its checkpoint if it has one",
+            }
+        where = f"step {beat['step']}/{beat['total_steps']}" if beat else "starting"
+        return {"status": "running", "detail": f"{where}, heartbeat {age:.0f} s ago"}
+    if status == "failed":
+        return {"status": "failed", "detail": str(summary.get("error", ""))[:200]}
+    return {"status": "failed", "detail": f"unknown status {status!r} in summary.json"}
+
+
+def missing_points(root: Path, experiment: str, scale: str | None, runs: list[Path]) -> list[str]:
+    """The preset's grid points with no run directory (each as its overrides)."""
+    from analysis.grid import GROUPS, canonical, compose_preset, expand_sweeps
+    from analysis.load import _flatten, read_config
+
+    preset = compose_preset(experiment, scale)
+    points = expand_sweeps(preset.sweeps, GROUPS)
+    configs = [_flatten(read_config(r)) for r in runs]
+    out = []
+    for point in points:
+        if not any(
+            all(canonical(c.get(k)) == canonical(v) for k, v in point.items()) for c in configs
+        ):
+            out.append(",".join(f"{k.removesuffix('.name')}={v}" for k, v in point.items()))
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.status", description=__doc__)
+    parser.add_argument("root", help="a runs root, e.g. outputs/runs or outputs/table1/runs")
+    parser.add_argument("--experiment", help="a preset: also list its points without a run")
+    parser.add_argument("--scale", help="the preset's scale (smoke | cpu | paper)")
+    parser.add_argument(
+        "--stale-after", type=float, default=10.0, help="minutes without heartbeat (default 10)"
+    )
+    parser.add_argument("--check", action="store_true", help="exit 1 unless all finished")
+    args = parser.parse_args(argv)
+    root = Path(args.root)
+    try:
+        if not root.is_dir():
+            raise UserError(f"runs root is not a directory: {root}")
+        runs = run_dirs(root)
+        lines = []
+        for run in runs:
+            s = run_status(run, args.stale_after * 60)
+            lines.append((s["status"], str(run.relative_to(root)), s["detail"]))
+        if args.experiment:
+            for point in missing_points(root, args.experiment, args.scale, runs):
+                lines.append(("missing", point, "no run directory"))
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    width = max((len(name) for _, name, _ in lines), default=0)
+    for status, name, detail in sorted(lines, key=lambda x: (STATUSES.index(x[0]), x[1])):
+        print(f"{status:<10} {name:<{width}}  {detail}".rstrip())
+    counts = Counter(status for status, _, _ in lines)
+    print(", ".join(f"{counts[s]} {s}" for s in STATUSES if counts[s]) or "no runs")
+    unfinished = sum(counts[s] for s in ("running", "failed", "missing"))
+    return 1 if args.check and unfinished else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,382 @@
+"""Checkpoints and the requests to stop: what makes a preempted run continue exactly.
+
+Layout in the run directory (contract.md: `checkpoint/` when checkpointing is on):
+
+    checkpoint/latest.json            which step directory is complete, with its files' sha256,
+                                      the step, the world size and the run's trajectory config
+    checkpoint/step-000000123/rank0.pt   one file per worker, all of the same step
+    ...
+
+What a worker's file holds (experiments/loop.py builds it): the model (parameters and BatchNorm
+buffers), the local optimizer (momentum), the algorithm's whole state (algorithms/base.py: anchors,
+centres, error-feedback memories, PowerSGD factors, stale snapshots, counters, metric sums, and
+the collectives in flight as snapshots), the worker's RNG streams (torch CPU and CUDA, and the
+data loader's generator as of the start of the epoch, plus the batches already taken in it),
+the clock (virtual time), the ledger and the loop's accounts. Restored, the run continues on the
+same trajectory: on CPU its metrics equal those of the uninterrupted run (tests/test_resume.py).
+Not exact: data-loader worker processes (`dataset.num_workers` > 0) restart their augmentation
+streams when a run resumes mid-epoch; real-clock times are measured, not restored.
+
+Writing (`save`): every worker writes its file atomically (temporary name, then rename), the
+workers exchange the files' digests on the control group, then rank 0 replaces `latest.json`
+atomically and removes older step directories. A crash at any point leaves the previous
+complete checkpoint in force. Reading (`verify`, `load`): a missing, corrupt or incompatible
+checkpoint is a `CheckpointError` naming the file, never a silent restart from scratch.
+
+When (experiments/loop.py): every `checkpoint_every` epochs at an evaluation point, and when a
+worker receives SIGUSR1/SIGUSR2 (SLURM's warning before a time limit; submitit uses USR2),
+SIGTERM (preemption, scancel) or SIGINT (Ctrl-C). The workers agree on one step (`Stopper`):
+- at every evaluation point, where every algorithm is at rest after `drain()`, with one blocking
+  MAX all-reduce of the request flags on the control group;
+- between steps, for algorithms whose collectives in flight were launched by every rank
+  (`Algorithm.checkpoint_anywhere`), with a non-blocking poll every `checkpoint.poll_steps`
+  steps: the poll launched at step s is read at step s + poll_steps, so no worker waits for a
+  slower one beyond what the algorithm already does. OSP/LOSP stop at the next evaluation point.
+The control group is a separate gloo group, so its collectives are never matched against the
+algorithm's (written by hand: torch.distributed has no preemption support; submitit's own
+handler checkpoints from rank 0 only, ecosystem.md sec. 2).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import signal
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.distributed as dist
+
+from experiments.errors import UserError
+from experiments.records import write_json_atomic
+
+DIR = "checkpoint"
+LATEST = "latest.json"
+FORMAT = 1
+
+# Keys that do not change a run's trajectory: a checkpoint stays valid when they change (the same
+# keys are left out of the run directory's name: conf/config.yaml, override_dirname).
+NOT_TRAJECTORY = (
+    "wandb",
+    "progress",
+    "out_root",
+    "threads_per_worker",
+    "cluster",
+    "dist_timeout_s",
+    "checkpoint_every",
+    "checkpoint",
+)
+NOT_TRAJECTORY_DATASET = ("root", "download", "verify_checksums")
+
+
+class CheckpointError(UserError):
+    """A checkpoint that cannot be used: one line naming the file."""
+
+
+def trajectory_config(cfg: dict[str, Any]) -> dict[str, Any]:
+    """The part of the config that decides the run's trajectory."""
+    out = {k: v for k, v in cfg.items() if k not in NOT_TRAJECTORY}
+    if isinstance(out.get("dataset"), dict):
+        out["dataset"] = {
+            k: v for k, v in out["dataset"].items() if k not in NOT_TRAJECTORY_DATASET
+        }
+    return json.loads(json.dumps(out, default=str))
+
+
+def _flat(d: Any, prefix: str = "") -> dict[str, Any]:
+    if not isinstance(d, dict):
+        return {prefix: d}
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        out.update(_flat(v, f"{prefix}{k}."))
+    return out
+
+
+def _differences(a: dict, b: dict) -> list[str]:
+    fa, fb = _flat(a), _flat(b)
+    keys = sorted(set(fa) | set(fb))
+    return [
+        f"{k.rstrip('.')}: {fa.get(k, '(absent)')!r} -> {fb.get(k, '(absent)')!r}"
+        for k in keys
+        if fa.get(k, "(absent)") != fb.get(k, "(absent)")
+    ]
+
+
+def _sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+def latest_path(run_dir: Path) -> Path:
+    return Path(run_dir) / DIR / LATEST
+
+
+def read_meta(run_dir: Path) -> dict | None:
+    """The latest complete checkpoint's description, None when the run has none."""
+    path = latest_path(run_dir)
+    if not path.exists():
+        return None
+    try:
+        meta = json.loads(path.read_text())
+        if meta.get("format") != FORMAT:
+            raise ValueError(f"format {meta.get('format')!r}, this code reads format {FORMAT}")
+        for key in ("step", "epoch", "dir", "world_size", "files", "config"):
+            if key not in meta:
+                raise ValueError(f"no {key!r}")
+    except (OSError, ValueError) as e:
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable ({e}); delete it to start over"
+        ) from None
+    return meta
+
+
+def verify(run_dir: Path, cfg: dict[str, Any], ranks: list[int] | None = None) -> dict | None:
+    """Check the latest checkpoint against this run (config, world size, files and digests of
+    `ranks`, all when None); return its description, or None when there is none."""
+    meta = read_meta(run_dir)
+    if meta is None:
+        return None
+    where = latest_path(run_dir)
+    diff = _differences(meta["config"], trajectory_config(cfg))
+    if diff:
+        shown = "; ".join(diff[:3]) + (f"; and {len(diff) - 3} more" if len(diff) > 3 else "")
+        raise CheckpointError(
+            f"checkpoint {where} belongs to another configuration ({shown}); "
+            f"delete {where.parent} to start over"
+        )
+    if meta["world_size"] != cfg["workers"]:
+        raise CheckpointError(
+            f"checkpoint {where} was written by {meta['world_size']} workers, this run has "
+            f"{cfg['workers']}"
+        )
+    for rank in range(meta["world_size"]) if ranks is None else ranks:
+        entry = meta["files"].get(str(rank))
+        path = where.parent / meta["dir"] / f"rank{rank}.pt"
+        if entry is None or not path.exists():
+            raise CheckpointError(f"checkpoint file {path} is missing; delete {where.parent}")
+        if path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
+            raise CheckpointError(
+                f"checkpoint file {path} is corrupt (size or sha256 differs from {where}); "
+                f"delete {where.parent} to start over"
+            )
+    return meta
+
+
+def load(run_dir: Path, meta: dict, rank: int) -> dict[str, Any]:
+    """This worker's saved state (tensors and plain values only: `weights_only`)."""
+    path = Path(run_dir) / DIR / meta["dir"] / f"rank{rank}.pt"
+    try:
+        return torch.load(path, map_location="cpu", weights_only=True)
+    except Exception as e:  # any unpickling failure is a corrupt file
+        raise CheckpointError(f"checkpoint file {path} is unreadable ({e})") from None
+
+
+def save(
+    run_dir: Path,
+    state: dict[str, Any],
+    *,
+    rank: int,
+    world_size: int,
+    step: int,
+    epoch: int,
+    reason: str,
+    cfg: dict[str, Any],
+    group: dist.ProcessGroup | None,
+) -> Path:
+    """Write this worker's `state` for `step`; collective over the control `group`. Returns the
+    step directory once every worker's file is on disk and `latest.json` points to it."""
+    root = Path(run_dir) / DIR
+    name = f"step-{step:09d}"
+    step_dir = root / name
+    step_dir.mkdir(parents=True, exist_ok=True)
+    path = step_dir / f"rank{rank}.pt"
+    tmp = step_dir / f".rank{rank}.pt.tmp"
+    torch.save(state, tmp)
+    with tmp.open("rb+") as f:
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    entry = {"sha256": _sha256(path), "bytes": path.stat().st_size}
+    entries: list[Any] = [entry]
+    if world_size > 1:
+        entries = [None] * world_size
+        dist.all_gather_object(entries, entry, group=group)
+    if rank == 0:
+        write_json_atomic(
+            root / LATEST,
+            {
+                "format": FORMAT,
+                "step": step,
+                "epoch": epoch,
+                "dir": name,
+                "reason": reason,
+                "world_size": world_size,
+                "files": {str(r): e for r, e in enumerate(entries)},
+                "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+                "torch_version": torch.__version__,
+                "config": trajectory_config(cfg),
+            },
+        )
+        for old in root.glob("step-*"):  # only the latest is kept
+            if old.name != name:
+                for f in old.iterdir():
+                    f.unlink(missing_ok=True)
+                old.rmdir()
+    if world_size > 1:
+        dist.barrier(group=group)  # nobody leaves before latest.json names the new step
+    return step_dir
+
+
+def remove(run_dir: Path) -> None:
+    """Delete the run's checkpoint once its result is final (it would never be used again, and
+    at paper scale it is the largest thing in the run directory)."""
+    root = Path(run_dir) / DIR
+    if root.exists():
+        shutil.rmtree(root)
+
+
+# The signals that ask a run to stop, and whether the job should requeue itself afterwards
+# (SLURM sends USR1/USR2 ahead of a time limit; TERM comes with preemption or scancel, where
+# SLURM itself decides about requeueing; INT is Ctrl-C).
+STOP_SIGNALS = {
+    signal.SIGUSR1: True,
+    signal.SIGUSR2: True,
+    signal.SIGTERM: False,
+    signal.SIGINT: False,
+}
+
+
+class Stopper:
+    """Stop requests of this worker and the workers' agreement on where to stop (module doc).
+
+    Flags travel as numbers: 0 none, 1 stop, 2 stop and requeue; all workers act on the MAX.
+    `simulate_at_step` raises rank 0's flag at that step as if SIGUSR1 had arrived (to try the
+    resume path on a laptop, and for the tests); a run resumed past that step ignores it.
+    """
+
+    def __init__(
+        self,
+        *,
+        rank: int,
+        world_size: int,
+        group: dist.ProcessGroup | None,
+        poll_steps: int,
+        anywhere: bool,
+        simulate_at_step: int | None = None,
+        start_step: int = 0,
+    ):
+        self.rank, self.world_size, self.group = rank, world_size, group
+        self.poll_steps, self.anywhere = poll_steps, anywhere
+        self.simulate_at_step = (
+            simulate_at_step
+            if simulate_at_step is not None and simulate_at_step > start_step and rank == 0
+            else None
+        )
+        self.flag = 0
+        self.signal_name: str | None = None
+        self.agreed = 0  # the MAX of the flags, once the workers decided to stop
+        self._poll: tuple[Any, torch.Tensor] | None = None
+        self._previous: dict[int, Any] = {}
+
+    def forget_simulation_before(self, step: int) -> None:
+        """A run resumed at `step` has already stopped for a simulated signal before it."""
+        if self.simulate_at_step is not None and self.simulate_at_step <= step:
+            self.simulate_at_step = None
+
+    def install(self) -> None:
+        """Catch the stop signals (main thread only; restored by `close()`)."""
+        for sig in STOP_SIGNALS:
+            self._previous[sig] = signal.signal(sig, self._handler)
+
+    def _handler(self, signum: int, frame) -> None:
+        if signum == signal.SIGINT and self.flag:
+            raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
+        name = signal.Signals(signum).name
+        if not self.flag:
+            print(
+                f"rank {self.rank}: {name}: stopping at the next safe step with a checkpoint",
+                file=sys.stderr,
+                flush=True,
+            )
+            self.signal_name = name
+        self.flag = max(self.flag, 2 if STOP_SIGNALS[signum] else 1)
+
+    def _local(self, step: int) -> int:
+        if self.simulate_at_step is not None and step >= self.simulate_at_step and not self.flag:
+            self.flag, self.signal_name = 2, "SIGUSR1 (simulated)"
+        return self.flag
+
+    def _decide(self, value: float) -> bool:
+        self.agreed = int(value)
+        return self.agreed > 0
+
+    def poll(self, step: int) -> bool:
+        """At a step boundary: should every worker stop here? (Same answer on every rank.)"""
+        if not self.anywhere:
+            return False
+        if self.world_size == 1:
+            return self._decide(self._local(step))
+        if step % self.poll_steps != 0:
+            return False
+        decision = False
+        if self._poll is not None:
+            work, flags = self._poll
+            work.wait()
+            decision = self._decide(flags.item())
+            self._poll = None
+        if not decision:
+            flags = torch.tensor([float(self._local(step))], dtype=torch.float64)
+            work = dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+            self._poll = (work, flags)
+        return decision
+
+    def agree(self, step: int) -> bool:
+        """At an evaluation point (every worker at rest): should every worker stop now?"""
+        self._settle()
+        flags = torch.tensor([float(self._local(step))], dtype=torch.float64)
+        if self.world_size > 1:
+            dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
+        return self._decide(flags.item())
+
+    def _settle(self) -> None:
+        if self._poll is not None:
+            self._poll[0].wait()
+            self._poll = None
+
+    @property
+    def requeue(self) -> bool:
+        return self.agreed >= 2
+
+    def close(self) -> None:
+        """Wait for the poll in flight (every rank launched it) and restore the handlers."""
+        self._settle()
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous = {}
+
+
+def requeue_slurm_job() -> str | None:
+    """Ask SLURM to requeue this job (rank 0, after the checkpoint); return what was done, or
+    None outside SLURM. `scontrol requeue` ends the running job and queues it again; the new
+    start resumes from the checkpoint in the same run directory."""
+    import subprocess
+
+    env = os.environ
+    if "SLURM_JOB_ID" not in env:
+        return None
+    if "SLURM_ARRAY_JOB_ID" in env and "SLURM_ARRAY_TASK_ID" in env:
+        job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    else:
+        job = env["SLURM_JOB_ID"]
+    try:
+        subprocess.run(["scontrol", "requeue", job], check=True, timeout=60, capture_output=True)
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"requeue of job {job} failed ({e}); resubmit the same command to resume"
+    return f"job {job} requeued"

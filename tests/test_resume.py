@@ -1,0 +1,243 @@
+"""Checkpoint and exact resume, with real gloo workers: for every algorithm, a run stopped by a
+stop request (mid-epoch where the algorithm allows it, else at the next evaluation point) and
+resumed from its checkpoint logs the same metrics, row for row, as the uninterrupted run
+(timing=virtual with a slow network, so clocks, ledgers and collectives in flight all matter);
+a run that crashed after a periodic checkpoint resumes from it without duplicated rows."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+import torch.distributed as dist
+from hydra import compose, initialize_config_dir
+from omegaconf import OmegaConf
+
+import algorithms
+from tests.workers import run_workers
+
+CONF = Path(__file__).resolve().parents[1] / "conf"
+STEPS_PER_EPOCH = 24  # digits, 2 workers, batch 32 (smoke scale)
+
+
+def config(*overrides: str) -> dict:
+    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
+        cfg = compose(
+            config_name="config",
+            overrides=[
+                "scale=smoke",
+                "dataset=digits",
+                "wandb.mode=disabled",
+                "progress=false",
+                "timing=virtual",
+                "compute.step_time_s=0.01",
+                "network=ethernet1g",  # collectives take several steps: windows, overlap
+                "tau=2",
+                "checkpoint.poll_steps=2",
+                *overrides,
+            ],
+        )
+    return OmegaConf.to_container(cfg, resolve=True)
+
+
+def rows(run_dir: Path) -> list[dict]:
+    out = []
+    for line in (run_dir / "metrics.jsonl").read_text().splitlines():
+        row = json.loads(line)
+        row.pop("time/eval_s")  # wall-clock time of the evaluation: never the same twice
+        out.append(row)
+    return out
+
+
+def _train(cfg, run_dir: Path, rank: int, m: int, bundle, group):
+    from experiments import dist as d
+    from experiments.checkpoint import Stopper
+    from experiments.runner import train_worker
+
+    run_dir.mkdir(parents=True, exist_ok=True)
+    dist.barrier()
+    stopper = Stopper(
+        rank=rank,
+        world_size=m,
+        group=group,
+        poll_steps=cfg["checkpoint"]["poll_steps"],
+        anywhere=True,
+        simulate_at_step=cfg["checkpoint"]["simulate_signal_at_step"],
+    )
+    worker = d.Worker(rank, m, rank, m, external=False)
+    return train_worker(cfg, run_dir, worker, "gloo", bundle, stopper)
+
+
+def _resume_worker(rank: int, m: int, cases: list, crash_cases: list, root: str):
+    import experiments.loop as loop
+    from experiments.data import load_dataset
+
+    group = dist.new_group(backend="gloo")
+    bundle = load_dataset(cases[0][1]["dataset"])
+    statuses = {}
+    for name, full, cut in cases:
+        base = Path(root) / name
+        a = _train(full, base / "full", rank, m, bundle, group)
+        b = _train(cut, base / "cut", rank, m, bundle, group)
+        step = json.loads((base / "cut" / "checkpoint" / "latest.json").read_text())["step"]
+        c = _train(cut, base / "cut", rank, m, bundle, group)
+        statuses[name] = (a, b, c, step)
+
+    # A crash (an exception on every worker at the 4th evaluation) after the periodic
+    # checkpoint of epoch 2 and the logged row of epoch 3.
+    evaluate = loop.evaluate
+    for name, full, crashing in crash_cases:
+        base = Path(root) / name
+        a = _train(full, base / "full", rank, m, bundle, group)
+        calls = []
+
+        def failing(*args, calls=calls, **kwargs):
+            calls.append(1)
+            if len(calls) == 4:
+                raise RuntimeError("injected crash")
+            return evaluate(*args, **kwargs)
+
+        loop.evaluate = failing
+        try:
+            _train(crashing, base / "cut", rank, m, bundle, group)
+            b = "no crash"
+        except RuntimeError as e:
+            b = str(e)
+        loop.evaluate = evaluate
+        rows_at_crash = len((base / "cut" / "metrics.jsonl").read_text().splitlines())
+        c = _train(crashing, base / "cut", rank, m, bundle, group)
+        statuses[name] = (a, b, c, rows_at_crash)
+    return statuses
+
+
+@pytest.mark.dist
+def test_every_algorithm_resumes_exactly(tmp_path):
+    cases = []
+    for name in sorted(algorithms.REGISTRY):
+        full = config(f"algorithm={name}")
+        cut = config(f"algorithm={name}", "checkpoint.simulate_signal_at_step=5")
+        cases.append((name, full, cut))
+    crash_cases = [
+        (
+            f"crash-{name}",
+            config(f"algorithm={name}", "epochs=4", "checkpoint_every=2"),
+            config(f"algorithm={name}", "epochs=4", "checkpoint_every=2"),
+        )
+        for name in ("overlap_local_sgd", "losp")
+    ]
+    statuses = run_workers(_resume_worker, 2, cases, crash_cases, str(tmp_path))
+    assert statuses[0] == statuses[1]
+    for name, _, _ in cases:
+        full, cut = tmp_path / name / "full", tmp_path / name / "cut"
+        a, b, c, step = statuses[0][name]
+        assert (a, b, c) == ("completed", "interrupted", "completed"), name
+        if algorithms.REGISTRY[name].checkpoint_anywhere:  # stopped between two steps
+            assert step % STEPS_PER_EPOCH != 0 and 5 <= step <= 9, (name, step)
+        else:  # OSP/LOSP: at the next evaluation point
+            assert step == STEPS_PER_EPOCH, (name, step)
+        assert rows(cut) == rows(full), name
+        s_full = json.loads((full / "summary.json").read_text())
+        s_cut = json.loads((cut / "summary.json").read_text())
+        for key in ("final/test_acc", "steps", "time/train_s", "comm/bytes", "comm/ratio"):
+            assert s_cut[key] == s_full[key], (name, key)
+        assert s_cut["status"] == "completed"
+        assert not (cut / "checkpoint").exists()  # a finished run's checkpoint is removed
+        if name == "overlap_local_sgd":  # an anchor was in flight at the stop: it mattered
+            assert s_full["time/comm_hidden_s"] > 0
+    for name, _, _ in crash_cases:
+        a, b, c, rows_at_crash = statuses[0][name]
+        assert (a, b, c) == ("completed", "injected crash", "completed"), name
+        assert rows_at_crash == 3  # epochs 1-3 logged; the checkpoint is of epoch 2
+        full, cut = tmp_path / name / "full", tmp_path / name / "cut"
+        assert rows(cut) == rows(full), name  # row 3 dropped at the resume, then logged again
+        assert [r["epoch"] for r in rows(cut)] == [1, 2, 3, 4]
+
+
+def _popen_run_py(*args: str):
+    import os
+    import subprocess
+    import sys
+
+    from tests.cli import REPO
+
+    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
+    env.pop("RANK", None)
+    env.pop("WORLD_SIZE", None)
+    return subprocess.Popen(
+        [sys.executable, "run.py", *args],
+        cwd=REPO,
+        env=env,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+@pytest.mark.e2e
+def test_run_py_signalled_checkpoints_exits_3_and_the_rerun_resumes_exactly(tmp_path):
+    import signal
+    import time
+
+    from tests.cli import run_py
+
+    args = [
+        "scale=smoke",
+        "wandb.mode=disabled",
+        "progress=false",
+        "timing=virtual",
+        "compute.step_time_s=0.01",
+        "network=ethernet1g",
+        "algorithm=cocod_sgd",
+        "tau=2",
+        "epochs=40",
+    ]
+    run_dir = (
+        tmp_path
+        / "cut"
+        / "runs"
+        / (
+            "algorithm=cocod_sgd,compute.step_time_s=0.01,epochs=40,network=ethernet1g,"
+            "scale=smoke,tau=2,timing=virtual"
+        )
+    )
+    proc = _popen_run_py(*args, f"out_root={tmp_path / 'cut'}")
+    deadline = time.monotonic() + 120
+    while (
+        not (run_dir / "metrics.jsonl").exists() or not (run_dir / "metrics.jsonl").stat().st_size
+    ):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGUSR1)  # to run.py only: it forwards the signal to its workers
+    out, err = proc.communicate(timeout=120)
+    assert proc.returncode == 3, out + err
+    assert "Traceback" not in err and "terminate called" not in err
+    assert "checkpoint saved: rerun to resume" in err
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "failed" and summary["interrupted"]["signal"] == "SIGUSR1"
+    meta = json.loads((run_dir / "checkpoint" / "latest.json").read_text())
+    assert 0 < meta["step"] < 40 * STEPS_PER_EPOCH
+
+    # a corrupt checkpoint: one line naming the file, exit 2, nothing overwritten
+    victim = run_dir / "checkpoint" / meta["dir"] / "rank1.pt"
+    intact = victim.read_bytes()
+    victim.write_bytes(intact[: len(intact) // 2])
+    bad = run_py(*args, f"out_root={tmp_path / 'cut'}")
+    assert bad.returncode == 2
+    assert bad.stderr.strip().splitlines() == [
+        f"error: checkpoint file {victim} is corrupt (size or sha256 differs from "
+        f"{run_dir / 'checkpoint' / 'latest.json'}); delete {run_dir / 'checkpoint'} to start over"
+    ]
+    victim.write_bytes(intact)
+
+    resumed = run_py(*args, f"out_root={tmp_path / 'cut'}")
+    assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
+    assert f"resume from step {meta['step']} (stop request)" in resumed.stdout
+    full = run_py(*args, f"out_root={tmp_path / 'full'}")
+    assert full.returncode == 0
+    full_dir = tmp_path / "full" / "runs" / run_dir.name
+    assert rows(run_dir) == rows(full_dir)
+    summary = json.loads((run_dir / "summary.json").read_text())
+    assert summary["status"] == "completed" and "interrupted" not in summary
+    assert [r["from_step"] for r in summary["resumed"]] == [meta["step"]]
+    assert not (run_dir / "checkpoint").exists()
