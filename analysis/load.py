@@ -168,7 +168,14 @@ def _read_all(
                 continue
             if statuses is not None and summary.get("status") not in statuses:
                 continue
-            meta = _run_meta(run_dir, read_config(run_dir), summary)
+            try:
+                config = read_config(run_dir)
+            except Exception as error:  # any parse failure: skip this run, keep the others
+                warnings.warn(
+                    f"{run_dir}: unreadable config skipped ({type(error).__name__})", stacklevel=2
+                )
+                continue
+            meta = _run_meta(run_dir, config, summary)
             records = read_metrics(run_dir / "metrics.jsonl") if with_metrics else []
             yield meta, records
 

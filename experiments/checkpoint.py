@@ -25,7 +25,8 @@ checkpoint is a `CheckpointError` naming the file, never a silent restart from s
 
 When (experiments/loop.py): every `checkpoint_every` epochs at an evaluation point, and when a
 worker receives SIGUSR1/SIGUSR2 (SLURM's warning before a time limit; submitit uses USR2),
-SIGTERM (preemption, scancel) or SIGINT (Ctrl-C). The workers agree on one step (`Stopper`):
+SIGTERM (preemption, scancel) or SIGINT (Ctrl-C: only when `checkpoint_every` > 0, else it stops
+the run at once, as a second Ctrl-C always does). The workers agree on one step (`Stopper`):
 - at every evaluation point, where every algorithm is at rest after `drain()`, with one blocking
   MAX all-reduce of the request flags on the control group;
 - between steps, for algorithms whose collectives in flight were launched by every rank
@@ -271,6 +272,7 @@ class Stopper:
         anywhere: bool,
         simulate_at_step: int | None = None,
         start_step: int = 0,
+        checkpoint_on_interrupt: bool = True,
     ):
         self.rank, self.world_size, self.group = rank, world_size, group
         self.poll_steps, self.anywhere = poll_steps, anywhere
@@ -279,6 +281,7 @@ class Stopper:
             if simulate_at_step is not None and simulate_at_step > start_step and rank == 0
             else None
         )
+        self.checkpoint_on_interrupt = checkpoint_on_interrupt
         self.flag = 0
         self.signal_name: str | None = None
         self.agreed = 0  # the MAX of the flags, once the workers decided to stop
@@ -296,8 +299,9 @@ class Stopper:
             self._previous[sig] = signal.signal(sig, self._handler)
 
     def _handler(self, signum: int, frame) -> None:
-        if signum == signal.SIGINT and self.flag:
-            raise KeyboardInterrupt  # a second Ctrl-C: stop now, without a checkpoint
+        if signum == signal.SIGINT and (self.flag or not self.checkpoint_on_interrupt):
+            # a second Ctrl-C, or one while checkpointing is off: stop now, no checkpoint
+            raise KeyboardInterrupt
         name = signal.Signals(signum).name
         if not self.flag:
             print(
@@ -354,9 +358,12 @@ class Stopper:
     def requeue(self) -> bool:
         return self.agreed >= 2
 
-    def close(self) -> None:
-        """Wait for the poll in flight (every rank launched it) and restore the handlers."""
-        self._settle()
+    def close(self, clean: bool = True) -> None:
+        """Wait for the poll in flight (every rank launched it; not after a failure, when a peer
+        may be gone) and restore the handlers."""
+        if clean:
+            self._settle()
+        self._poll = None
         for sig, previous in self._previous.items():
             signal.signal(sig, previous)
         self._previous = {}

@@ -25,6 +25,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from experiments.errors import Cancelled, UserError, WorkerFailed
+
 
 @dataclass
 class Worker:
@@ -117,7 +119,11 @@ def init(worker: Worker, backend: str, timeout_s: float) -> dist.ProcessGroup | 
     )
     if worker.world_size == 1:
         return None
-    return dist.new_group(backend="gloo", timeout=timedelta(seconds=timeout_s))
+    # Its own agreements may wait for slow set-up (W&B) or a checkpoint being written: a longer
+    # timeout than the training's collectives.
+    return dist.new_group(
+        backend="gloo", timeout=timedelta(seconds=max(timeout_s, CONTROL_TIMEOUT_S))
+    )
 
 
 def teardown(clean: bool = True) -> None:
@@ -144,6 +150,24 @@ def exit_spawned_worker() -> None:
     os._exit(0)
 
 
+def check_rendezvous_port(worker: Worker) -> None:
+    """Rank 0 of launched workers binds MASTER_PORT for the rendezvous (torch's TCPStore): a port
+    already in use is a one-line error here, not a stack trace from deep inside torch. Under
+    torchrun the agent holds that port itself (TORCHELASTIC_USE_AGENT_STORE), so nothing to do."""
+    env = os.environ
+    if worker.rank != 0 or "MASTER_PORT" not in env or env.get("TORCHELASTIC_USE_AGENT_STORE"):
+        return
+    port = int(env["MASTER_PORT"])
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        try:
+            s.bind(("", port))
+        except OSError:
+            raise UserError(
+                f"rendezvous port {port} (MASTER_PORT) is already in use on "
+                f"{socket.gethostname()}: set MASTER_PORT to a free port"
+            ) from None
+
+
 def free_port() -> int:
     """A TCP port on loopback that nobody listens on right now."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
@@ -153,15 +177,17 @@ def free_port() -> int:
 
 # Signals the launcher passes on to its spawned workers (experiments/checkpoint.py acts on them).
 FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
+CONTROL_TIMEOUT_S = 600.0  # the control group's collectives (set-up barrier, checkpoints)
+GRACE_S = 3.0  # after a worker failed: the others' time to stop alone, then SIGTERM, then SIGKILL
 
 
-def spawn(fn: Callable, nprocs: int, args: tuple) -> None:
+def spawn(fn: Callable, nprocs: int, args: tuple) -> bool:
     """Run `fn(rank, nprocs, *args)` in `nprocs` fresh processes on this machine.
 
     `torch.multiprocessing` joins them and, when one fails, terminates the others and raises
     (`ProcessRaisedException` / `ProcessExitedException`). The workers run in their own process
     group (`become_spawned_worker`), so a Ctrl-C in the terminal reaches this process only, and
-    it forwards each stop signal exactly once to every worker.
+    it forwards each stop signal exactly once to every worker. Returns whether a Ctrl-C came.
     """
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(free_port())
@@ -177,13 +203,37 @@ def spawn(fn: Callable, nprocs: int, args: tuple) -> None:
                 except ProcessLookupError:
                     pass
 
-    previous = {sig: signal.signal(sig, forward) for sig in FORWARDED}
+    interrupted = []
+
+    def forward_and_note(signum, frame) -> None:
+        if signum == signal.SIGINT:
+            interrupted.append(signum)
+        forward(signum, frame)
+
+    previous = {sig: signal.signal(sig, forward_and_note) for sig in FORWARDED}
     try:
-        while not context.join(timeout=0.5):
+        # When a worker fails, the others get GRACE_S to stop on their own (a dead peer makes
+        # their collectives fail at once), then SIGTERM, then SIGKILL: none is left behind.
+        while not context.join(timeout=0.5, grace_period=GRACE_S):
             pass
+    except mp.ProcessRaisedException as e:
+        trace = str(e).split("terminated with the following error:\n", 1)[-1].rstrip()
+        cause = trace.splitlines()[-1] if trace else "an exception"
+        if interrupted and cause.startswith("KeyboardInterrupt"):
+            raise Cancelled("interrupted by Ctrl-C (no checkpoint: checkpoint_every=0)") from None
+        message = f"worker {e.error_index} (rank {e.error_index}) failed: {cause}"
+        raise WorkerFailed(message, trace) from None
+    except mp.ProcessExitedException as e:
+        how = f"was killed by {e.signal_name}" if e.signal_name else f"exited with {e.exit_code}"
+        if interrupted:
+            raise Cancelled(f"interrupted by Ctrl-C (worker {e.error_index} {how})") from None
+        raise WorkerFailed(f"worker {e.error_index} (rank {e.error_index}) {how}") from None
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    # torch's spawn wrapper ends a worker stopped by Ctrl-C with exit code 0: the caller reads
+    # the run's record to tell a checkpointed stop from a cancelled run.
+    return bool(interrupted)
 
 
 def become_spawned_worker() -> None:

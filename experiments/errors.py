@@ -13,3 +13,16 @@ class UserError(Exception):
 class Interrupted(Exception):
     """The run stopped on a request (a signal) after saving a checkpoint: rerunning the same
     command resumes it. run.py prints one line and exits with code 3."""
+
+
+class WorkerFailed(Exception):
+    """A worker process raised or died: the message names its rank and the cause; `details`
+    holds the worker's traceback when it had one."""
+
+    def __init__(self, message: str, details: str = ""):
+        super().__init__(message)
+        self.details = details
+
+
+class Cancelled(Exception):
+    """The user stopped the run (Ctrl-C) without a checkpoint: run.py exits with code 130."""

@@ -9,11 +9,10 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from pathlib import Path
 from typing import Any, Protocol
 
-from experiments.records import METRICS
+from experiments.records import METRICS, write_text_atomic
 
 
 class Sink(Protocol):
@@ -23,36 +22,38 @@ class Sink(Protocol):
 
 
 class JsonlSink:
-    """Appends one JSON object per call to metrics.jsonl, flushed at once.
+    """metrics.jsonl: one JSON object per evaluation. Each call rewrites the file atomically
+    (temporary file, fsync, rename: a few hundred rows at most), so a crash mid-write leaves the
+    previous valid file, never a torn line.
 
     A rerun of an unfinished run starts the file afresh; a run resumed from a checkpoint at
-    step `keep_until_step` keeps the rows up to that step and appends after them, so no row is
+    step `keep_until_step` keeps the rows up to that step and continues after them, so no row is
     lost or written twice (the rows logged after the checkpoint are logged again).
     """
 
     def __init__(self, run_dir: Path, keep_until_step: int | None = None):
         self.path = Path(run_dir) / METRICS
-        kept: list[str] = []
+        self.lines: list[str] = []
         if keep_until_step is not None and self.path.exists():
             for line in self.path.read_text().splitlines():
                 try:
                     row = json.loads(line)
-                except json.JSONDecodeError:  # a line cut short by the crash
+                except json.JSONDecodeError:  # a line cut short by a crash of an older version
                     continue
                 if isinstance(row, dict) and row.get("step", math.inf) <= keep_until_step:
-                    kept.append(line)
-        tmp = self.path.with_name(f".{METRICS}.tmp")
-        tmp.write_text("".join(line + "\n" for line in kept))
-        os.replace(tmp, self.path)
-        self._f = self.path.open("a")
+                    self.lines.append(line)
+        self._write()
+
+    def _write(self) -> None:
+        write_text_atomic(self.path, "".join(line + "\n" for line in self.lines))
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         row = {"step": step, **{k: _clean(v) for k, v in metrics.items()}}
-        self._f.write(json.dumps(row, sort_keys=True) + "\n")
-        self._f.flush()
+        self.lines.append(json.dumps(row, sort_keys=True))
+        self._write()
 
     def close(self) -> None:
-        self._f.close()
+        pass
 
 
 def _clean(v: Any) -> Any:

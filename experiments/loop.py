@@ -41,6 +41,7 @@ from algorithms.base import Algorithm
 from algorithms.comm import Comm
 from experiments.checkpoint import Stopper
 from experiments.evaluate import evaluate
+from experiments.faults import Fault
 from experiments.records import write_json_atomic
 from experiments.schedule import lr_at
 
@@ -122,6 +123,7 @@ def train(
         restore(ckpt.resume, algo, comm, times, pos, train_loader)
     progress = Progress(total_steps, enabled=settings.progress and comm.rank == 0, done=pos.step)
     heartbeat = Heartbeat(settings.heartbeat, total_steps)
+    fault = Fault(comm.rank)  # COMMSGD_INJECT_FAULT: failure handling on purpose
     heartbeat.beat(pos.step)
     status, diverged, diverged_at = "completed", False, math.inf
 
@@ -156,6 +158,7 @@ def train(
             y = batch[1].to(device, non_blocking=True)
             t1 = time.perf_counter()
             step = pos.step
+            fault.check(step)
             lr = lr_at(step, steps_per_epoch, **settings.schedule)
             for group in optimizer.param_groups:
                 group["lr"] = lr
@@ -345,9 +348,7 @@ class Heartbeat:
         if self.path is None or time.monotonic() - self.last < HEARTBEAT_S:
             return
         self.last = time.monotonic()
-        write_json_atomic(
-            self.path, {"step": step, "total_steps": self.total, "time": time.time()}
-        )
+        write_json_atomic(self.path, {"step": step, "total_steps": self.total, "time": time.time()})
 
 
 class Progress:

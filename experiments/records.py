@@ -20,6 +20,8 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+from experiments.errors import UserError
+
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
 CONFIG = "config.yaml"
@@ -28,17 +30,24 @@ HEARTBEAT = "heartbeat.json"  # step and time, rewritten every 30 s while the ru
 FINISHED = ("completed", "diverged")
 
 
-def write_json_atomic(path: Path, obj: Any) -> None:
+def write_text_atomic(path: Path, text: str) -> None:
+    """Replace `path` by `text` all at once: a temporary file in the same directory, flushed to
+    disk, then renamed over it. A crash (or a full disk) leaves the previous file intact."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "w") as f:
-            json.dump(obj, f, indent=2, sort_keys=True, default=_jsonable)
-            f.write("\n")
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         Path(tmp).unlink(missing_ok=True)
         raise
+
+
+def write_json_atomic(path: Path, obj: Any) -> None:
+    write_text_atomic(path, json.dumps(obj, indent=2, sort_keys=True, default=_jsonable) + "\n")
 
 
 def _jsonable(x: Any) -> Any:
@@ -94,3 +103,48 @@ def git_sha() -> str:
     if not sha:
         return "unknown"
     return sha + ("-dirty" if dirty else "")
+
+
+class RunLock:
+    """One process writes a run directory at a time: an exclusive `flock` on `<run>/.lock`,
+    held from the start of the run to its end (released by the kernel if the process dies, so a
+    killed or requeued job never leaves a stale lock). A second run of the same directory, e.g.
+    from a second sweep started into the same folder, stops with a clear message instead of
+    mixing two runs' records."""
+
+    def __init__(self, run_dir: Path):
+        self.path = Path(run_dir) / ".lock"
+        self._f = None
+
+    def acquire(self) -> None:
+        import fcntl
+        import platform
+
+        f = self.path.open("a+")
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            f.seek(0)
+            holder = f.read().strip() or "another process"
+            f.close()
+            raise UserError(
+                f"run directory {self.path.parent} is in use by {holder}; wait for that run to "
+                "end, or choose another out_root"
+            ) from None
+        f.seek(0)
+        f.truncate()
+        f.write(f"pid {os.getpid()} on {platform.node()}")
+        f.flush()
+        self._f = f
+
+    def release(self) -> None:
+        if self._f is not None:
+            self._f.close()  # closing releases the flock
+            self._f = None
+
+    def __enter__(self) -> RunLock:
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.release()

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
 import algorithms
@@ -28,11 +29,12 @@ from experiments import checkpoint as ckpt
 from experiments import dist as d
 from experiments.checkpoint import Stopper
 from experiments.clock import make_clock
-from experiments.errors import Interrupted, UserError
+from experiments.errors import Cancelled, Interrupted, UserError, WorkerFailed
 from experiments.records import (
     CONFIG,
     DATA_CARD,
     HEARTBEAT,
+    RunLock,
     git_sha,
     is_finished,
     read_summary,
@@ -45,8 +47,29 @@ WANDB_MODES = ("disabled", "offline", "online")
 TIMINGS = ("real", "virtual")  # timing.md
 
 
+# Numbers that may be infinite: an ideal network's bandwidth.
+MAY_BE_INFINITE = ("network.bandwidth_gbps",)
+
+
+def validate_finite(node: Any, prefix: str = "") -> None:
+    """No NaN anywhere, no infinity except where it means something (MAY_BE_INFINITE)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            validate_finite(v, f"{prefix}{k}.")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            validate_finite(v, f"{prefix}{i}.")
+    elif isinstance(node, float) and not math.isfinite(node):
+        key = prefix.rstrip(".")
+        if math.isnan(node) or key not in MAY_BE_INFINITE:
+            raise UserError(f"{key} must be a finite number, got {node}")
+
+
 def validate(cfg: dict[str, Any]) -> None:
     """Raise UserError (one line) for any value that cannot make a run."""
+    validate_finite(cfg)
+    if not _is_int(cfg["seed"]) or cfg["seed"] < 0:
+        raise UserError(f"seed must be an integer >= 0, got {cfg['seed']!r}")
     for key, low in (("workers", 1), ("tau", 1), ("batch_size", 1), ("epochs", 1)):
         value = cfg[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
@@ -57,6 +80,9 @@ def validate(cfg: dict[str, Any]) -> None:
     lr = cfg["lr"]
     if not isinstance(lr, int | float) or isinstance(lr, bool) or not lr > 0 or math.isinf(lr):
         raise UserError(f"lr must be a number > 0, got {lr!r}")
+    for key in ("momentum", "weight_decay", "warmup_epochs", "lr_decay"):
+        if isinstance(cfg[key], bool) or not isinstance(cfg[key], int | float):
+            raise UserError(f"{key} must be a number, got {cfg[key]!r}")
     if not 0 <= cfg["momentum"] < 1:
         raise UserError(f"momentum must be in [0, 1), got {cfg['momentum']!r}")
     if cfg["nesterov"] and cfg["momentum"] == 0:
@@ -65,6 +91,8 @@ def validate(cfg: dict[str, Any]) -> None:
         raise UserError(f"weight_decay must be >= 0, got {cfg['weight_decay']!r}")
     if cfg["warmup_epochs"] < 0:
         raise UserError(f"warmup_epochs must be >= 0, got {cfg['warmup_epochs']!r}")
+    if not cfg["lr_decay"] > 0:
+        raise UserError(f"lr_decay must be > 0, got {cfg['lr_decay']!r}")
     if any(not 0 < f <= 1 for f in cfg["lr_decay_at"]):
         raise UserError(
             f"lr_decay_at holds fractions of epochs in (0, 1], got {cfg['lr_decay_at']}"
@@ -161,7 +189,21 @@ def run(cfg: DictConfig, run_dir: str | Path) -> str:
         if is_main:
             print(f"skip {run_dir}: already {status}", flush=True)
         return status
+    lock = RunLock(run_dir) if is_main else None
+    if lock is not None:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        lock.acquire()
+    try:
+        return _run(plain, run_dir, worker, is_main)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _run(plain: dict[str, Any], run_dir: Path, worker: d.Worker | None, is_main: bool) -> str:
     validate(plain)
+    if worker is not None:
+        d.check_rendezvous_port(worker)
     if worker is not None and worker.world_size != plain["workers"]:
         # Under torchrun/srun the launcher decides the world size; the record must say so.
         plain["workers"] = worker.world_size
@@ -204,9 +246,13 @@ def run(cfg: DictConfig, run_dir: str | Path) -> str:
             # In-memory datasets travel to the workers with their arguments: loading them again
             # in every process (importing scikit-learn) would cost seconds per run.
             shared = bundle if plain["dataset"]["name"] != "cifar10" else None
-            d.spawn(worker_main, plain["workers"], (plain, str(run_dir), shared))
+            ctrl_c = d.spawn(worker_main, plain["workers"], (plain, str(run_dir), shared))
             summary = read_summary(run_dir) or {}
             status = "interrupted" if summary.get("interrupted") else summary.get("status")
+            if status not in ("completed", "diverged", "interrupted"):
+                if ctrl_c:
+                    raise Cancelled("interrupted by Ctrl-C (no checkpoint: checkpoint_every=0)")
+                raise WorkerFailed(f"the workers ended without a result (status {status!r})")
         else:
             status = worker_main(
                 worker.rank, worker.world_size, plain, str(run_dir), bundle, worker
@@ -270,6 +316,7 @@ def worker_main(
         poll_steps=cfg["checkpoint"]["poll_steps"],
         anywhere=True,
         simulate_at_step=cfg["checkpoint"].get("simulate_signal_at_step"),
+        checkpoint_on_interrupt=cfg["checkpoint_every"] > 0,
     )
     if cfg["checkpoint"]["on_signal"]:
         stopper.install()
@@ -286,11 +333,13 @@ def worker_main(
         status = train_worker(cfg, Path(run_dir), worker, backend, bundle, stopper)
         clean = True
     except Exception:
-        if worker.rank == 0:
-            traceback.print_exc()
+        # A spawned worker's traceback goes to run.py, which reports the worker that failed
+        # first (the others then fail for want of it); under torchrun/srun each one says.
+        if worker.external:
+            print(f"rank {worker.rank}: {traceback.format_exc()}", file=sys.stderr, flush=True)
         raise
     finally:
-        stopper.close()
+        stopper.close(clean)
         d.teardown(clean)
     if not worker.external:  # spawned by run.py: nothing may run after the teardown
         d.exit_spawned_worker()
@@ -409,6 +458,11 @@ def train_worker(
             wandb_id=summary.get("wandb_id"),
             keep_until_step=meta["step"] if meta is not None else None,
         )
+    if stopper is not None and stopper.group is not None:
+        # Set-up takes unequal times (rank 0 starts W&B, which may take long online): the
+        # workers meet here, on the control group's long timeout, so that the training's
+        # collectives and their short `dist_timeout_s` start together.
+        dist.barrier(group=stopper.group)
     settings = LoopSettings(
         epochs=cfg["epochs"],
         eval_every=cfg["eval_every"],

@@ -142,6 +142,7 @@ def test_pending_snapshot_restores_the_collective_on_the_virtual_clock():
     os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
+
         class OneSecond(VirtualClock):  # every collective takes 1 s of modeled time
             def duration(self, nbytes: int, m: int) -> float:
                 return 1.0
@@ -182,6 +183,18 @@ def test_stopper_flags_signals_and_a_second_ctrl_c_stops_at_once():
         with pytest.raises(KeyboardInterrupt):
             os.kill(os.getpid(), signal.SIGINT)
         t.close()
+        off = ckpt.Stopper(
+            rank=0,
+            world_size=1,
+            group=None,
+            poll_steps=5,
+            anywhere=True,
+            checkpoint_on_interrupt=False,  # checkpoint_every=0: Ctrl-C stops at once
+        )
+        off.install()
+        with pytest.raises(KeyboardInterrupt):
+            os.kill(os.getpid(), signal.SIGINT)
+        off.close()
     finally:
         s.close()
     assert signal.getsignal(signal.SIGUSR1) is signal.SIG_DFL
