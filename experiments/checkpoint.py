@@ -47,6 +47,7 @@ import shutil
 import signal
 import sys
 import time
+from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
@@ -273,6 +274,7 @@ class Stopper:
         simulate_at_step: int | None = None,
         start_step: int = 0,
         checkpoint_on_interrupt: bool = True,
+        timeout_s: float = 30.0,
     ):
         self.rank, self.world_size, self.group = rank, world_size, group
         self.poll_steps, self.anywhere = poll_steps, anywhere
@@ -282,6 +284,9 @@ class Stopper:
             else None
         )
         self.checkpoint_on_interrupt = checkpoint_on_interrupt
+        # The control group's own timeout is long (set-up, checkpoints); the agreements of the
+        # training loop wait no longer than the training's collectives (`dist_timeout_s`).
+        self.timeout = timedelta(seconds=timeout_s)
         self.flag = 0
         self.signal_name: str | None = None
         self.agreed = 0  # the MAX of the flags, once the workers decided to stop
@@ -332,7 +337,7 @@ class Stopper:
         decision = False
         if self._poll is not None:
             work, flags = self._poll
-            work.wait()
+            work.wait(self.timeout)
             decision = self._decide(flags.item())
             self._poll = None
         if not decision:
@@ -346,12 +351,13 @@ class Stopper:
         self._settle()
         flags = torch.tensor([float(self._local(step))], dtype=torch.float64)
         if self.world_size > 1:
-            dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group)
+            work = dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+            work.wait(self.timeout)
         return self._decide(flags.item())
 
     def _settle(self) -> None:
         if self._poll is not None:
-            self._poll[0].wait()
+            self._poll[0].wait(self.timeout)
             self._poll = None
 
     @property

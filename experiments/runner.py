@@ -98,6 +98,9 @@ def validate(cfg: dict[str, Any]) -> None:
             f"lr_decay_at holds fractions of epochs in (0, 1], got {cfg['lr_decay_at']}"
         )
     validate_checkpointing(cfg)
+    t = cfg["dist_timeout_s"]
+    if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0:
+        raise UserError(f"dist_timeout_s must be a number of seconds > 0, got {t!r}")
     validate_cluster(cfg)
     if cfg.get("dtype", "float32") not in DTYPES:
         raise UserError(f"dtype must be one of {', '.join(DTYPES)}, got {cfg.get('dtype')!r}")
@@ -317,6 +320,7 @@ def worker_main(
         anywhere=True,
         simulate_at_step=cfg["checkpoint"].get("simulate_signal_at_step"),
         checkpoint_on_interrupt=cfg["checkpoint_every"] > 0,
+        timeout_s=cfg["dist_timeout_s"],
     )
     if cfg["checkpoint"]["on_signal"]:
         stopper.install()
