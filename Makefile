@@ -12,8 +12,8 @@ CLUSTER ?= local
 OUT ?= outputs
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-unit test-dist test-e2e lint fmt demo smoke clean \
-	table1 table2 figures report bench
+.PHONY: help install test test-fast test-unit test-dist test-e2e test-slurm lint fmt demo \
+	smoke clean table1 table2 figures report bench bench-quick
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -29,6 +29,9 @@ install: $(STAMP) ## Create .venv and install the suite with its dev tools (done
 test: $(STAMP) ## The whole test suite (unit, distributed, end-to-end): what CI runs
 	$(PY) -m pytest -q
 
+test-fast: $(STAMP) ## Everything but the tests marked slow (the 50-run teardown loop)
+	$(PY) -m pytest -q -m "not slow"
+
 test-unit: $(STAMP) ## Unit tests only (no process groups)
 	$(PY) -m pytest -q -m "not dist and not e2e"
 
@@ -37,6 +40,9 @@ test-dist: $(STAMP) ## Distributed tests (2-4 gloo processes)
 
 test-e2e: $(STAMP) ## End-to-end runs of run.py and the analysis
 	$(PY) -m pytest -q -m e2e
+
+test-slurm: $(STAMP) ## The SLURM tests alone (they start a two-node SLURM here; root + apt)
+	COMMSGD_REQUIRE_SLURM=1 $(PY) -m pytest -q -m slurm
 
 lint: $(STAMP) ## ruff lint and format check
 	$(VENV)/bin/ruff check .
@@ -66,6 +72,9 @@ report: table1 table2 figures ## Every preset: tables, figures, LOSP and pseudo-
 
 bench: $(STAMP) ## Performance benchmarks as ratios side by side (~10 min): benchmarks/RESULTS.md
 	$(PY) -m benchmarks
+
+bench-quick: $(STAMP) ## The benchmarks' code path in a few steps (no figure is a measurement)
+	$(PY) -m benchmarks --quick
 
 smoke: $(STAMP) ## One tiny run on synthetic data with 2 workers (seconds)
 	$(PY) run.py scale=smoke dataset=synthetic wandb.mode=disabled out_root=$(OUT)/smoke

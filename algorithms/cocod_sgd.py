@@ -87,7 +87,8 @@ class CoCoDSGD(Algorithm):
 
     def sync(self) -> None:
         self.fold()
-        self.pending = self.comm.mean_async(self.params)  # (eq. 2): snapshot copied, not waited
+        # (eq. 2): the snapshot is copied, not waited for
+        self.pending = self.comm.mean_async(self.params, slot="average")
 
     def fold(self) -> None:
         """Wait for the average and apply (eq. 1); y_i <- x_i."""

@@ -1,7 +1,8 @@
 """The one door to the network: every collective of the suite goes through `Comm`.
 
 Why a module of our own rather than calling `torch.distributed` directly: each sync must be one
-collective on one flat buffer (not one per tensor), overlap must use `async_op=True` handles (no
+collective on one flat buffer (not one per tensor; preallocated and reused, not a model-sized
+allocation per sync), overlap must use `async_op=True` handles (no
 threads, style.md anti-pattern 4), and every collective must be accounted for, because the
 papers' claims are about bytes sent and communication time exposed to the worker (timing.md,
 "The ledger"). torch.distributed offers the primitives but keeps no such ledger.
@@ -16,6 +17,7 @@ that passed while the worker computed is hidden (`hidden_s`) and only the wait i
 
 from __future__ import annotations
 
+import struct
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -24,14 +26,18 @@ import torch
 import torch.distributed as dist
 
 
-def flatten(tensors: Sequence[torch.Tensor]) -> torch.Tensor:
-    """Copy `tensors` (one dtype and device) into one new contiguous 1-D buffer."""
+def flatten(tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
+    """Copy `tensors` (one dtype and device) into one contiguous 1-D buffer: `out` when given
+    (preallocated, of the right size), else a new one."""
     if not tensors:
         raise ValueError("flatten() needs at least one tensor")
     dtypes = {t.dtype for t in tensors}
     if len(dtypes) != 1:
         raise ValueError(f"flatten() needs one dtype, got {sorted(map(str, dtypes))}")
-    return torch.cat([t.detach().reshape(-1) for t in tensors])
+    parts = [t.detach().reshape(-1) for t in tensors]
+    if out is None:
+        return torch.cat(parts)
+    return torch.cat(parts, out=out)
 
 
 def unflatten(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -71,16 +77,44 @@ class WallClock:
         return 0.0
 
 
+# float32 parts that carry one float64 exactly (hi + mid + lo, 24 + 24 + 24 >= 53 bits).
+_CLOCK_PARTS = {torch.float64: 1, torch.float32: 3}
+
+
+def clock_tail_len(dtype: torch.dtype, world_size: int) -> int:
+    """Slots a blocking collective's buffer carries for the workers' launch clocks on the
+    virtual clock (0: this dtype cannot carry them exactly; a separate all-reduce does)."""
+    return _CLOCK_PARTS.get(dtype, 0) * world_size if world_size > 1 else 0
+
+
+def _to_float32(x: float) -> float:
+    return struct.unpack("f", struct.pack("f", x))[0]
+
+
+def _encode_clock(x: float, parts: int) -> list[float]:
+    """`x` as `parts` numbers of the payload's dtype whose float64 sum is exactly `x`."""
+    if parts == 1:
+        return [x]
+    hi = _to_float32(x)
+    mid = _to_float32(x - hi)
+    return [hi, mid, x - hi - mid]  # the remainder has <= 5 significant bits: exact in float32
+
+
 class _Collective:
     """One accounted all-reduce in flight, with the times the clock model needs.
 
     Real clock: `earliest` is launch + modeled duration (0 without network emulation), and the
-    real completion time is stamped by a callback on the work's future. Virtual clock: a second,
-    bookkeeping all-reduce (MAX, float64) carries the workers' launch clocks, so every worker
-    computes the same completion max_j c_j + T.
+    real completion time is stamped by a callback on the work's future. Virtual clock: every
+    worker needs every launch clock c_j to compute the same completion max_j c_j + T. A
+    blocking collective carries them in a tail of its own buffer (`wire`: rank j writes c_j in
+    its slots, the others zeros, so the SUM delivers every c_j exactly): one collective per
+    sync. A non-blocking one sends them in a second, small all-reduce (MAX, float64) launched
+    with it, so `is_completed()` can answer without waiting for the payload.
     """
 
-    def __init__(self, comm: Comm, flat: torch.Tensor, async_op: bool):
+    def __init__(
+        self, comm: Comm, flat: torch.Tensor, async_op: bool, wire: torch.Tensor | None = None
+    ):
         clock, m = comm.clock, comm.world_size
         self.comm, self.flat = comm, flat
         self.launch = clock.now()
@@ -88,9 +122,18 @@ class _Collective:
         self.real_done: float | None = None
         self.work = self.clock_work = None
         self.clocks = None
+        self.latest = self.launch  # max_j c_j, once the launch clocks have arrived
+        self.tail: torch.Tensor | None = None
+        wire = flat if wire is None else wire
+        if wire.numel() > flat.numel():  # the launch clocks ride in the payload's collective
+            self.tail = wire[flat.numel() :]
+            parts = self.tail.numel() // m
+            self.tail.zero_()
+            values = torch.tensor(_encode_clock(self.launch, parts), dtype=wire.dtype)
+            self.tail[comm.rank * parts : (comm.rank + 1) * parts].copy_(values)
         if m > 1:
-            self.work = dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=comm.group, async_op=True)
-            if clock.virtual:
+            self.work = dist.all_reduce(wire, op=dist.ReduceOp.SUM, group=comm.group, async_op=True)
+            if clock.virtual and self.tail is None:
                 self.clocks = torch.tensor([self.launch], dtype=torch.float64, device=comm.device)
                 self.clock_work = dist.all_reduce(
                     self.clocks, op=dist.ReduceOp.MAX, group=comm.group, async_op=True
@@ -104,12 +147,20 @@ class _Collective:
         self.real_done = time.perf_counter()
 
     def _completion(self) -> float:
-        """Virtual clock: max_j c_j + T, known once the clock all-reduce has arrived."""
+        """Virtual clock: max_j c_j + T, known once the launch clocks have arrived."""
+        if self.tail is not None:
+            self.work.wait()
+            values = self.tail.tolist()  # float64 sums of each rank's parts: exact
+            parts = len(values) // self.comm.world_size
+            self.latest = max(
+                sum(values[j * parts : (j + 1) * parts]) for j in range(self.comm.world_size)
+            )
+            self.tail = None
         if self.clock_work is not None:
             self.clock_work.wait()
             self.clock_work = None
-        latest = self.clocks.item() if self.clocks is not None else self.launch
-        return latest + self.duration
+            self.latest = self.clocks.item()
+        return self.latest + self.duration
 
     def is_completed(self) -> bool:
         clock = self.comm.clock
@@ -225,6 +276,10 @@ class Pending:
 
     def wait(self) -> list[torch.Tensor]:
         """Block until the average has arrived; return it shaped like the inputs."""
+        return unflatten(self.wait_flat(), self._like)
+
+    def wait_flat(self) -> torch.Tensor:
+        """`wait()`, returning the average as the one flat buffer it arrived in (no copy)."""
         if not self._done:
             if isinstance(self._collective, _Collective | _Arrived):
                 self._collective.wait(blocking=False)
@@ -232,7 +287,7 @@ class Pending:
                 self._collective.wait()
             self._flat.div_(self._comm.world_size)
             self._done = True
-        return unflatten(self._flat, self._like)
+        return self._flat
 
 
 class Comm:
@@ -250,6 +305,26 @@ class Comm:
         self.rank = dist.get_rank(group)
         self.clock = clock if clock is not None else WallClock()
         self.ledger = Ledger()
+        # Preallocated flat buffers (hot path: no model-sized allocation per sync), keyed by
+        # (slot, dtype, device, numel). Blocking collectives share slot None: their buffer is
+        # copied out before they return. An async slot holds two buffers used in turn.
+        self._buffers: dict[tuple, torch.Tensor] = {}
+        self._turn: dict[tuple, int] = {}
+
+    def _buffer(
+        self, tensors: list[torch.Tensor], slot: str | None, extra: int = 0
+    ) -> torch.Tensor:
+        """A flat buffer for `tensors` (+ `extra` slots), reused across calls (see `mean_async`
+        for slots)."""
+        t0 = tensors[0]
+        key = (slot, t0.dtype, t0.device, sum(t.numel() for t in tensors) + extra)
+        if slot is not None:
+            turn = self._turn[key] = 1 - self._turn.get(key, 1)
+            key = (*key, turn)
+        buf = self._buffers.get(key)
+        if buf is None:
+            buf = self._buffers[key] = torch.empty(key[3], dtype=key[1], device=key[2])
+        return buf
 
     def _launch(self, flat: torch.Tensor, account: bool, async_op: bool):
         """Start a SUM all-reduce of `flat`; returns the handle (None when alone)."""
@@ -262,11 +337,19 @@ class Comm:
         return dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group, async_op=async_op)
 
     def _sum_blocking(self, tensors: list[torch.Tensor], account: bool) -> torch.Tensor:
-        """One blocking SUM all-reduce of `tensors` as one flat buffer; returns the buffer."""
-        flat = flatten(tensors)
-        handle = self._launch(flat, account, async_op=False)
-        if isinstance(handle, _Collective):
-            handle.wait(blocking=True)
+        """One blocking SUM all-reduce of `tensors` as one flat buffer; returns the buffer (a
+        reused one: read it before the next collective)."""
+        n = sum(t.numel() for t in tensors)
+        tail = clock_tail_len(tensors[0].dtype, self.world_size)
+        tail = tail if account and self.clock.virtual else 0
+        wire = self._buffer(tensors, None, extra=tail)
+        flat = flatten(tensors, out=wire.narrow(0, 0, n) if tail else wire)
+        if account:
+            self.ledger.bytes += flat.numel() * flat.element_size()
+            self.ledger.collectives += 1
+            _Collective(self, flat, async_op=False, wire=wire).wait(blocking=True)
+        elif self.world_size > 1:
+            dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
         return flat
 
     def mean_(self, tensors: Sequence[torch.Tensor], *, account: bool = True) -> None:
@@ -279,14 +362,19 @@ class Comm:
         tensors = list(tensors)
         copy_into_(tensors, self._sum_blocking(tensors, account))
 
-    def mean_async(self, tensors: Sequence[torch.Tensor], *, account: bool = True) -> Pending:
+    def mean_async(
+        self, tensors: Sequence[torch.Tensor], *, account: bool = True, slot: str | None = None
+    ) -> Pending:
         """Start averaging a snapshot of `tensors` in the background; `.wait()` returns it.
 
-        The inputs are copied into a fresh buffer first, so they may change while the
-        collective runs (the worker keeps training on them).
+        The inputs are copied into a flat buffer first, so they may change while the
+        collective runs (the worker keeps training on them). Without `slot` the buffer is new.
+        With a `slot` (a name of the caller's), the slot's two preallocated buffers take turns:
+        the averages `wait()` returns stay valid until the second-next `mean_async` on the
+        same slot, which fits an algorithm with at most one average in flight and one in use.
         """
         tensors = list(tensors)
-        flat = flatten(tensors)
+        flat = flatten(tensors, out=self._buffer(tensors, slot) if slot is not None else None)
         return Pending(self, self._launch(flat, account, async_op=True), flat, tensors)
 
     def broadcast_(self, tensors: Sequence[torch.Tensor], src: int = 0) -> None:

@@ -158,7 +158,7 @@ class EASGD(Algorithm):
         self.drain()  # z_r: launched a round ago, it had tau local steps to arrive
         pull_toward_(self.params, self.centre, self.alpha)  # (eq. 1)
         message = centre_message(self.centre, self.params, self.alpha, self.comm.world_size)
-        self.pending = self.comm.mean_async(message)  # z_{r+1}, (eq. 2)-(eq. 3)
+        self.pending = self.comm.mean_async(message, slot="centre")  # z_{r+1}, (eq. 2)-(eq. 3)
         self.in_round = False
 
     def drain(self) -> None:

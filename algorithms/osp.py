@@ -201,7 +201,7 @@ class OSP(Algorithm):
     def _push(self, update: list[torch.Tensor], regular: bool) -> None:
         p0 = self.params[0]
         flag = torch.full((1,), 0.0 if regular else 1.0, dtype=p0.dtype, device=p0.device)
-        self.pending = self.comm.mean_async(update + [flag])
+        self.pending = self.comm.mean_async(update + [flag], slot="update")
         self.pending_is_regular = regular
         self.num_pushes += 1
 

@@ -136,7 +136,7 @@ class OverlapLocalSGD(Algorithm):
             self.anchor_momentum, self.anchor, self.params, self.beta, lr
         )
         message = anchor_message(self.anchor, self.anchor_momentum, lr)
-        self.pending = self.comm.mean_async(message)  # z_{r+1}, (eq. 3)
+        self.pending = self.comm.mean_async(message, slot="anchor")  # z_{r+1}, (eq. 3)
 
     def drain(self) -> None:
         if self.pending is not None:

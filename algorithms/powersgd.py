@@ -138,7 +138,11 @@ class PowerSGD(Algorithm):
             self.comm.mean_([p.grad for p in self.params])
             return
         # 1-D tensors: plain average in the background while the matrices are compressed.
-        vectors = self.comm.mean_async([p.grad for p in self.vectors]) if self.vectors else None
+        vectors = (
+            self.comm.mean_async([p.grad for p in self.vectors], slot="vectors")
+            if self.vectors
+            else None
+        )
         if self.matrices:
             self._compress_matrices(t)
         if vectors is not None:

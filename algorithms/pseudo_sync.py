@@ -106,9 +106,9 @@ class PseudoSync(Algorithm):
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
         for p, g in zip(self.params, grads, strict=True):
             p.grad = g
-        launched = self.comm.mean_async(grads)  # G_t, arrives during the next step
+        launched = self.comm.mean_async(grads, slot="G")  # G_t, arrives during the next step
         if self.S is None:
-            self.G = flatten(launched.wait())  # G_0: the only blocking wait
+            self.G = launched.wait_flat()  # G_0: the only blocking wait
             self.S = self.G.clone()  # S_0 = G_0
         else:
             g_prev = self._arrived()  # G_{t-1}
@@ -132,7 +132,7 @@ class PseudoSync(Algorithm):
 
     def drain(self) -> None:
         if self.pending is not None:
-            self.G = flatten(self.pending.wait())
+            self.G = self.pending.wait_flat()
             self.pending = None
 
     def finish(self) -> None:

@@ -126,8 +126,10 @@ def train(
     fault = Fault(comm.rank)  # COMMSGD_INJECT_FAULT: failure handling on purpose
     heartbeat.beat(pos.step)
     status, diverged, diverged_at = "completed", False, math.inf
+    losses = LossMeter(device, pos.loss_sum, pos.first_bad_step)
 
     def checkpoint(reason: str) -> None:
+        pos.loss_sum, pos.first_bad_step = losses.read()
         state = capture(algo, comm, times, pos, train_loader)
         ckpt.save(state, pos.step, pos.epoch, reason)
 
@@ -173,9 +175,7 @@ def train(
             algo.before_step(step)
             optimizer.step()
             algo.after_step(step)
-            loss_value = loss.item()  # also the sync point with an accelerator
-            if not math.isfinite(loss_value) and pos.first_bad_step == math.inf:
-                pos.first_bad_step = step
+            losses.add(loss, step)  # on the device: no per-step wait for an accelerator
 
             t2 = time.perf_counter()
             if clock.virtual:
@@ -185,12 +185,11 @@ def train(
                 times.data_s += t1 - t0
                 times.compute_s += (t2 - t1) - (ledger.exposed_s - exposed_before)
                 times.train_s += t2 - t0
-            pos.loss_sum += loss_value
             pos.loss_steps += 1
             pos.lr = lr
             pos.step += 1
             pos.batch_in_epoch += 1
-            progress.update(pos.step, loss_value)
+            progress.update(pos.step, loss)
             heartbeat.beat(pos.step)
         if status == "interrupted":
             break
@@ -208,6 +207,7 @@ def train(
             algo.finish()
         else:
             algo.drain()
+        _synchronize(device)  # an accelerator's queued steps belong to this epoch's time
         t1 = time.perf_counter()
         if clock.virtual:
             times.train_s = clock.now()
@@ -217,10 +217,12 @@ def train(
 
         # Divergence is a result: the workers agree on the first step at which any of them saw
         # a non-finite loss, and stop together.
+        loss_sum, pos.first_bad_step = losses.read()
         (diverged_at,) = comm.sum_scalars([pos.first_bad_step], op="min")
         diverged = math.isfinite(diverged_at)
-        (train_loss_sum, train_steps) = comm.sum_scalars([pos.loss_sum, pos.loss_steps])
+        (train_loss_sum, train_steps) = comm.sum_scalars([loss_sum, pos.loss_steps])
         train_loss = train_loss_sum / max(train_steps, 1)
+        losses.reset_sum()
         pos.loss_sum, pos.loss_steps = 0.0, 0
         row = {
             "epoch": epoch + 1,
@@ -351,6 +353,60 @@ class Heartbeat:
         write_json_atomic(self.path, {"step": step, "total_steps": self.total, "time": time.time()})
 
 
+class LossMeter:
+    """The training loss since the last evaluation and the first step whose loss was not
+    finite. On an accelerator they are kept as tensors on the device: reading a loss every
+    step (`.item()`) would make every step wait for the device; they are read once per
+    evaluation or checkpoint. On the CPU `.item()` waits for nothing and costs less than the
+    tensor arithmetic (measured with py-spy: 0.9% of a width-8 ResNet-18 step for the tensors),
+    so there the sums are Python floats. Both add float32 losses in float64 in step order, and
+    a checkpoint restores the running sum as is, so a resumed run adds the same numbers in the
+    same order as an uninterrupted one."""
+
+    def __init__(
+        self,
+        device: torch.device,
+        loss_sum: float = 0.0,
+        first_bad: float = math.inf,
+        on_host: bool | None = None,  # default: on the CPU; tests set it to check both ways
+    ):
+        self.on_host = device.type == "cpu" if on_host is None else on_host
+        if self.on_host:
+            self.sum, self.first_bad = loss_sum, first_bad
+        else:
+            self.sum = torch.tensor(loss_sum, dtype=torch.float64, device=device)
+            self.first_bad = torch.tensor(first_bad, dtype=torch.float64, device=device)
+
+    def add(self, loss: torch.Tensor, step: int) -> None:
+        if self.on_host:
+            value = loss.item()
+            self.sum += value
+            if not math.isfinite(value) and self.first_bad == math.inf:
+                self.first_bad = step
+            return
+        value = loss.detach()
+        self.sum += value
+        seen = torch.isfinite(value) | torch.isfinite(self.first_bad)
+        self.first_bad = torch.where(seen, self.first_bad, step)
+
+    def read(self) -> tuple[float, float]:
+        """(loss sum, first non-finite step or inf): on an accelerator, the one host sync."""
+        if self.on_host:
+            return self.sum, float(self.first_bad)
+        return self.sum.item(), self.first_bad.item()
+
+    def reset_sum(self) -> None:
+        if self.on_host:
+            self.sum = 0.0
+        else:
+            self.sum.zero_()
+
+
+def _synchronize(device: torch.device) -> None:
+    if device.type == "cuda":
+        torch.cuda.synchronize(device)
+
+
 class Progress:
     """Rank 0's progress: a tqdm bar on a terminal, plain log lines otherwise."""
 
@@ -359,15 +415,20 @@ class Progress:
         self.start = time.perf_counter()
         self.bar = None
         self.acc = float("nan")
+        self.shown_at = -math.inf
         if enabled and sys.stderr.isatty():
             from tqdm import tqdm
 
             self.bar = tqdm(total=total, initial=done, unit="step", dynamic_ncols=True, leave=True)
 
-    def update(self, step: int, loss: float) -> None:
-        if self.bar is not None:
-            self.bar.update(1)
-            self.bar.set_postfix(loss=f"{loss:.3f}", acc=f"{self.acc:.3f}", refresh=False)
+    def update(self, step: int, loss: torch.Tensor) -> None:
+        if self.bar is None:
+            return
+        self.bar.update(1)
+        now = time.monotonic()
+        if now - self.shown_at >= 1.0:  # reads the loss (a device sync) once a second at most
+            self.shown_at = now
+            self.bar.set_postfix(loss=f"{loss.item():.3f}", acc=f"{self.acc:.3f}", refresh=False)
 
     def report(self, step: int, epoch: int, epochs: int, row: dict) -> None:
         if not self.enabled:

@@ -60,3 +60,59 @@ def test_mean_and_mean_async_average_over_workers(world_size):
         assert ledger.bytes == 10 * 8 + 5 * 8 and ledger.collectives == 2
         assert ledger.exposed_s >= 0
         assert unaccounted == 0
+
+
+def _buffer_reuse(rank: int, world_size: int):
+    """Hot path (issue 7): repeated syncs of the same tensors reuse preallocated flat buffers,
+    and each result is still the right average."""
+    comm = Comm()
+    g = [torch.full((4, 3), float(rank)), torch.full((5,), float(rank))]
+    blocking = []
+    for step in range(3):
+        for t in g:
+            t.fill_(rank + step)
+        comm.mean_(g)
+        blocking.append(float(g[0][0, 0]))
+    n_blocking = len(comm._buffers)
+
+    results, pointers = [], []
+    for r in range(4):  # an algorithm's rounds: one average in flight, the previous in use
+        x = [torch.full((6,), float(rank * 10 + r))]
+        pending = comm.mean_async(x, slot="anchor")
+        (avg,) = pending.wait()
+        results.append(avg.clone())
+        pointers.append(pending.wait_flat().data_ptr())
+    fresh = comm.mean_async([torch.zeros(6)]).wait_flat().data_ptr()
+    return blocking, n_blocking, results, pointers, fresh, len(comm._buffers)
+
+
+@pytest.mark.dist
+def test_syncs_reuse_preallocated_buffers():
+    m = 2
+    for blocking, n_blocking, results, pointers, fresh, n_buffers in run_workers(_buffer_reuse, m):
+        assert blocking == [0.5 + step for step in range(3)]
+        assert n_blocking == 1  # three blocking syncs, one buffer
+        for r, avg in enumerate(results):
+            assert torch.equal(avg, torch.full((6,), (0 + 10) / 2 + r))
+        # a slot's two buffers take turns: round r and r + 2 share one, r and r + 1 do not
+        assert pointers[0] == pointers[2] and pointers[1] == pointers[3]
+        assert pointers[0] != pointers[1]
+        assert fresh not in pointers  # no slot: a new buffer, never a slot's
+        assert n_buffers == 3
+
+
+def test_launch_clocks_ride_exactly_in_float32_and_float64_buffers():
+    """The virtual clock's launch times travel in a blocking collective's own buffer (one
+    collective per sync): a float64 clock split into float32 parts comes back exactly."""
+    import random
+
+    from algorithms.comm import _encode_clock, clock_tail_len
+
+    assert clock_tail_len(torch.float32, 4) == 12 and clock_tail_len(torch.float64, 4) == 4
+    assert clock_tail_len(torch.float16, 4) == 0 and clock_tail_len(torch.float32, 1) == 0
+    rng = random.Random(0)
+    for _ in range(2000):
+        x = rng.random() * 10 ** rng.randint(-4, 7)
+        parts = torch.tensor(_encode_clock(x, 3), dtype=torch.float32).tolist()
+        assert sum(parts) == x
+        assert torch.tensor(_encode_clock(x, 1), dtype=torch.float64).item() == x

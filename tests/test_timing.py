@@ -93,7 +93,7 @@ def test_measured_step_time_scales_the_measurement():
 # --- clocks inside the communication layer (real gloo processes) --------------------------
 
 
-def _virtual_collectives(rank: int, world_size: int, latency_s: float):
+def _virtual_collectives(rank: int, world_size: int, latency_s: float, dtype=torch.float64):
     net = Network(latency_s=latency_s)
     # binary fractions, so that clock arithmetic is exact
     compute = Compute(step_time_s=1 / 16, slowdown=tuple(1.0 + r for r in range(world_size)))
@@ -102,7 +102,9 @@ def _virtual_collectives(rank: int, world_size: int, latency_s: float):
     t_coll = net.collective_time(8 * 10, world_size)
     log = {}
     clock.local_step(0, 0.0)  # (rank + 1) / 16
-    comm.mean_([torch.ones(10, dtype=torch.float64)])  # blocking: all finish at max + T
+    x = torch.full((10,), float(rank), dtype=dtype)
+    comm.mean_([x])  # blocking: all finish at max + T (launch clocks in the same buffer)
+    log["blocking_mean"] = x.tolist()
     log["after_blocking"] = clock.now()
     log["exposed_blocking"] = comm.ledger.exposed_s
     pending = comm.mean_async([torch.ones(10, dtype=torch.float64)])
@@ -123,14 +125,16 @@ def _virtual_collectives(rank: int, world_size: int, latency_s: float):
 
 
 @pytest.mark.dist
-def test_virtual_clock_blocking_and_async_collectives():
+@pytest.mark.parametrize("dtype", [torch.float64, torch.float32])
+def test_virtual_clock_blocking_and_async_collectives(dtype):
     from tests.workers import run_workers
 
     m, latency = 3, 1 / 16
-    logs = run_workers(_virtual_collectives, m, latency)
+    logs = run_workers(_virtual_collectives, m, latency, dtype)
     t_coll = ring_allreduce_time(80, m, latency, math.inf)  # 2 (m-1) alpha = 1/4
     slowest = m / 16
     for rank, log in enumerate(logs):
+        assert log["blocking_mean"] == [1.0] * 10  # mean of ranks 0, 1, 2; clocks not in it
         # every worker leaves the blocking collective at max_j c_j + T
         assert log["after_blocking"] == pytest.approx(slowest + t_coll)
         assert log["exposed_blocking"] == pytest.approx(slowest + t_coll - (rank + 1) / 16)
@@ -316,3 +320,28 @@ def test_one_slow_worker_sets_the_pace_of_sync_but_not_of_osp(tmp_path):
     # the fast worker fits window steps while the slow one's push travels: rounds > tau steps
     assert osp["algo/local_steps"] > 2
     assert osp["algo/window_steps"] > 0
+
+
+@pytest.mark.parametrize("on_host", [True, False])
+def test_loss_meter_sums_in_float64_and_finds_the_first_bad_step(on_host):
+    """The loop's loss accumulator (no per-step `.item()` on an accelerator): both of its
+    ways give the float64 sum of the float32 losses in step order and the first non-finite
+    step, and continue exactly from a checkpointed (sum, first bad step)."""
+    from experiments.loop import LossMeter
+
+    losses = [torch.tensor(v, dtype=torch.float32) for v in (0.1, 0.7, 2.3, 1e-8)]
+    meter = LossMeter(torch.device("cpu"), on_host=on_host)
+    for step, loss in enumerate(losses):
+        meter.add(loss, step)
+    expected = 0.0
+    for loss in losses:
+        expected += float(loss)
+    assert meter.read() == (expected, math.inf)
+
+    resumed = LossMeter(torch.device("cpu"), *meter.read(), on_host=on_host)
+    for step, v in [(4, float("nan")), (5, 1.0), (6, float("inf"))]:
+        resumed.add(torch.tensor(v), step)
+    total, first_bad = resumed.read()
+    assert math.isnan(total) and first_bad == 4
+    resumed.reset_sum()
+    assert resumed.read() == (0.0, 4)

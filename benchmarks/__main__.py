@@ -1,0 +1,90 @@
+"""`python -m benchmarks [--quick] [--out benchmarks/RESULTS.md] [--only NAME ...]`
+
+Runs the benchmark families (benchmarks/families.py), prints the results as Markdown and writes
+them to --out (and the figures as JSON next to it). --quick: a few steps per run, for CI; no
+target is meaningful there. Exit status 1 when a family failed to run (a missed target is a
+result, not a failure).
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+import time
+import traceback
+from pathlib import Path
+
+
+def main(argv: list[str] | None = None) -> int:
+    from benchmarks import families, harness, report
+
+    parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
+    parser.add_argument("--quick", action="store_true", help="a few steps per run (CI)")
+    parser.add_argument(
+        "--out",
+        type=Path,
+        help="Markdown output (default benchmarks/RESULTS.md; quick mode: "
+        "outputs/bench/RESULTS-quick.md)",
+    )
+    parser.add_argument(
+        "--only", nargs="+", choices=list(families.FAMILIES), metavar="NAME",
+        help=f"run only these families: {', '.join(families.FAMILIES)}",
+    )  # fmt: skip
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--reps", type=int, help="interleaved repetitions per A/B pair")
+    parser.add_argument(
+        "--jobs", type=int, help="families run at once (default 1; quick mode 3: not measured)"
+    )
+    args = parser.parse_args(argv)
+    if args.device == "cuda":
+        import torch
+
+        if not torch.cuda.is_available():
+            parser.error("--device cuda: no CUDA device here")
+    out = args.out or Path(
+        "outputs/bench/RESULTS-quick.md" if args.quick else "benchmarks/RESULTS.md"
+    )
+    settings = families.Settings(
+        quick=args.quick, device=args.device, reps=args.reps or (1 if args.quick else 5)
+    )
+    names = args.only or list(families.FAMILIES)
+    command = "python -m benchmarks " + shlex.join(argv if argv is not None else sys.argv[1:])
+    meta = {"command": command.strip(), **harness.machine()}
+    meta["mode"] = "quick (CI smoke: not a measurement)" if args.quick else "full"
+
+    ctx: dict = {}
+
+    def run_family(name: str):
+        t0 = time.perf_counter()
+        print(f"[bench] {name} ...", file=sys.stderr, flush=True)
+        try:
+            return families.FAMILIES[name](settings, ctx), None
+        except Exception:  # one family's failure must not lose the others' figures
+            err = traceback.format_exc()
+            print(err, file=sys.stderr, flush=True)
+            return None, err
+        finally:
+            print(f"[bench] {name}: {time.perf_counter() - t0:.0f} s", file=sys.stderr, flush=True)
+
+    start = time.perf_counter()
+    jobs = args.jobs or (3 if args.quick else 1)
+    if jobs > 1:  # quick mode: its figures are not measurements, so families may overlap
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(jobs) as pool:
+            outcomes = list(pool.map(run_family, names))
+    else:  # measurements: one family at a time, nothing else of ours on the machine
+        outcomes = [run_family(name) for name in names]
+    sections = [sec for sec, _ in outcomes if sec is not None]
+    errors = {name: err for name, (_, err) in zip(names, outcomes, strict=True) if err}
+    meta["duration"] = f"{time.perf_counter() - start:.0f} s"
+    meta["load_avg_after"] = harness.machine()["load_avg"]
+    text = report.write(out, sections, meta, errors, harness.FAILURES)
+    print(text)
+    print(f"written: {out} and {out.with_suffix('.json')}", file=sys.stderr)
+    return 1 if errors else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,777 @@
+"""The six benchmark families. Each returns a `Section`: its table, its figures (ratios, each
+measured side by side in this invocation) and the notes that explain them.
+
+    overhead  sync_sgd vs DistributedDataParallel; local_sgd (tau = 1000) vs plain training
+    overlap   overlap methods under an emulated network sized to one compute step, vs ideal
+    volume    bytes per step of every algorithm vs its closed form; PowerSGD compression
+    memory    peak memory per worker vs plain training; model-sized copies held
+    clock     timing=virtual vs timing=real, wall-clock per step
+    scaling   steps per second with 1, 2, 4 and 8 workers on this machine
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from benchmarks import harness as h
+
+# The Overlap-Local-SGD paper (algorithms.md section 10): communication-to-computation ratio.
+PAPER_RATIO_SYNC = 0.346
+PAPER_RATIO_OVERLAP_TAU2 = 0.015
+# algorithms.md section 10: PowerSGD floats per step on the CIFAR ResNet-18, by rank.
+PAPER_POWERSGD_FLOATS = {1: 45_935, 2: 82_260, 4: 154_910, 8: 300_210}
+RESNET18_PARAMS = 11_173_962
+ALGORITHMS = (
+    "sync_sgd",
+    "local_sgd",
+    "powersgd",
+    "easgd",
+    "eamsgd",
+    "cocod_sgd",
+    "overlap_local_sgd",
+    "pseudo_sync",
+    "osp",
+    "losp",
+)
+OVERLAP_METHODS = ("overlap_local_sgd", "cocod_sgd", "osp", "losp")
+
+
+@dataclass
+class Figure:
+    """One benchmark figure: a ratio, and its target when the issue sets one."""
+
+    name: str
+    value: float
+    target: str = ""  # e.g. "<= 1.02"; empty: reported, no target
+    limit: float | None = None  # the number in `target`
+    exact: bool = False  # the target is equality (closed forms), within 1e-9
+
+    @property
+    def verdict(self) -> str:
+        if self.limit is None:
+            return "-"
+        if self.exact:
+            return "met" if abs(self.value - self.limit) <= 1e-9 else "MISSED"
+        return "met" if self.value <= self.limit else "MISSED"
+
+
+@dataclass
+class Section:
+    key: str
+    title: str
+    about: str  # how the figures are measured
+    columns: list[str]
+    rows: list[list] = field(default_factory=list)
+    figures: list[Figure] = field(default_factory=list)
+    notes: list[str] = field(default_factory=list)
+
+
+@dataclass
+class Settings:
+    """Sizes of the runs: the full benchmark or the quick mode of CI."""
+
+    quick: bool = False
+    device: str = "cpu"  # cpu | cuda (NCCL for the DDP comparison and CUDA memory)
+    reps: int = 5  # interleaved repetitions of each A/B pair
+
+    @property
+    def backend(self) -> list[str]:
+        """Overrides of every timed run. On a GPU machine the CPU figures must stay CPU
+        figures: gloo unless --device cuda. One intra-op thread per worker: with the suite's
+        default (cores / workers) a single worker gets 2 OpenMP threads, and on a shared
+        2-core machine its steps then wait for a descheduled sibling thread (measured: up to
+        6x slower per step under load), which would measure the neighbours, not the suite."""
+        if self.device == "cuda":
+            return ["cluster.backend=nccl"]
+        return ["cluster.backend=gloo", "threads_per_worker=1"]
+
+    def timed(self) -> list[str]:
+        """The workload of the timing benchmarks: the cpu scale (digits, ResNet-18 width 8,
+        4 workers, batch 32), or a tiny one in quick mode."""
+        if self.device == "cuda":
+            return [
+                "dataset=synthetic",
+                "dataset.channels=3",
+                "dataset.image_size=32",
+                "dataset.num_train=16384",
+                "model.width=64",
+                "batch_size=128",
+                "workers=4",
+            ]
+        if self.quick:
+            return ["dataset=synthetic", "dataset.num_train=256", "model=tiny_cnn", "workers=2"]
+        return ["dataset=digits", "model=resnet18", "model.width=8", "workers=4"]
+
+
+Context = dict  # what one family leaves for another (the measured compute step)
+
+
+def _ms(seconds: float) -> str:
+    return f"{seconds * 1e3:.2f}"
+
+
+def _fmt_ratio(x: float) -> str:
+    return f"{x:.3f}"
+
+
+def _interleaved(a: Callable[[], object], b: Callable[[], object], reps: int):
+    """A B, B A, A B, ...: `reps` measurements of each, alternating which goes first so that
+    a drift of the machine's load does not favour either side. Returns the two lists."""
+    xs, ys = [], []
+    for rep in range(reps):
+        if rep % 2 == 0:
+            xs.append(a())
+            ys.append(b())
+        else:
+            ys.append(b())
+            xs.append(a())
+    return xs, ys
+
+
+# ---------------------------------------------------------------------------------------------
+# 1. overhead
+
+
+def overhead(s: Settings, ctx: Context) -> Section:
+    sec = Section(
+        "overhead",
+        "1. Overhead against plain PyTorch",
+        "Time per training step (data + forward/backward/step + communication; start-up and "
+        "evaluation excluded) of the suite (`run.py`: `time/train_s` per step, from its "
+        "metrics row after every epoch) and of a plain PyTorch script on the same composed "
+        "config (`benchmarks/baselines.py`: same model, data, shards, batch, seeds, optimizer, "
+        "LR schedule, steps and threads per worker, timed over the same phases). Runs "
+        "interleaved A B / B A; per side, the median over all epochs of all repetitions "
+        "(epoch 1, the warm-up, left out on both sides), which a passing burst of the "
+        "neighbours' load does not move; figure = ratio of the two medians.",
+        [
+            "comparison",
+            "workload",
+            "suite ms/step",
+            "baseline ms/step",
+            "ratio",
+            "per rep",
+            "target",
+        ],
+    )
+    epochs = 2 if s.quick else 8
+    common = [*s.backend, *s.timed(), f"epochs={epochs}", "eval_every=1"]
+    comp_s, comm_share = [], []
+
+    def suite_sync() -> list[float]:
+        (run,) = h.suite([*common, "algorithm=sync_sgd"])
+        comp_s.append(run.summary["time/compute_s"] / run.steps)
+        comm_share.append(run.summary["time/comm_exposed_s"] / run.summary["time/train_s"])
+        ctx.setdefault("model_bytes", run.summary["comm/bytes"] // run.steps)
+        return run.epoch_step_s()
+
+    def ddp() -> list[float]:
+        return _baseline_epochs("ddp", [*common, "algorithm=sync_sgd"], s.device)
+
+    # The loop's own overhead: one worker, no communication (tau beyond the run's length).
+    epochs1 = 2 if s.quick else 4
+    one = [o for o in s.timed() if not o.startswith("workers=")]
+    single = [*s.backend, *one, "workers=1", f"epochs={epochs1}", "eval_every=1"]
+
+    def suite_local() -> list[float]:
+        (run,) = h.suite([*single, "algorithm=local_sgd", "tau=1000"])
+        return run.epoch_step_s()
+
+    def plain() -> list[float]:
+        return _baseline_epochs("single", single, s.device)
+
+    pairs = [(suite_sync, ddp), (suite_local, plain)]
+    if s.quick:  # not a measurement: both pairs at once
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(3) as pool:
+            if s.device == "cpu":
+                pool.submit(_step_level, s, ctx, 8)
+            (sync_xy, local_xy) = pool.map(lambda ab: _interleaved(*ab, s.reps), pairs)
+    else:
+        sync_xy, local_xy = (_interleaved(a, b, s.reps) for a, b in pairs)
+    ctx["compute_step_s"] = h.median(comp_s)
+    _pair(sec, "sync_sgd / DDP", common, sync_xy, "<= 1.02", 1.02)
+    sec.notes.append(
+        f"sync_sgd: exposed communication is {h.median(comm_share):.0%} of its training time "
+        "(gloo all-reduce of the gradients on loopback). DDP runs with BatchNorm buffers local "
+        "(`forward_sync_buffers=False`), as the suite's sync_sgd; on this small model DDP's "
+        "gradients fit in one bucket, so neither side overlaps the all-reduce with backward."
+    )
+    _pair(sec, "local_sgd tau=1000 / plain single process", single, local_xy, "<= 1.02", 1.02)
+
+    if s.device == "cpu":
+        w8 = _step_level(s, ctx, 8)
+        _step_row(sec, "step level: SyncSGD hooks / DDP (same processes)", w8, "sync_real", "ddp")
+        if not s.quick:
+            w64 = _step_level(s, ctx, 64)
+            _step_row(
+                sec, "step level: SyncSGD hooks / DDP (same processes)", w64, "sync_real", "ddp"
+            )
+        sec.notes.append(
+            "Step level (`benchmarks/steps.py`): DDP and the suite's SyncSGD hooks on `Comm` in "
+            "the same gloo processes, alternating blocks of steps, each step timed, medians: "
+            "both sides see the same load, so this ratio is stable where the end-to-end one "
+            "swings with the neighbours' jobs. It covers the step and its communication, not "
+            "the loop (that is the local_sgd / plain row). Compute floor (no communication) in "
+            f"the same processes: {_ms(h.median(w8['times']['plain']))} ms/step."
+        )
+    return sec
+
+
+def _step_level(s: Settings, ctx: Context, width: int) -> dict:
+    """Per-step times of the sides of benchmarks/steps.py on ResNet-18 of `width` (quick: the
+    tiny CNN), 4 gloo workers (quick: 2); measured once per invocation, shared by families."""
+    key = f"steps_w{width}"
+    with ctx.setdefault(f"lock_{key}", threading.Lock()):  # quick mode: families in threads
+        if key not in ctx:
+            ctx[key] = _measure_steps(s, width)
+    return ctx[key]
+
+
+def _measure_steps(s: Settings, width: int) -> dict:
+    from benchmarks import steps
+
+    if s.quick:
+        model, block, blocks, workers = {"name": "tiny_cnn", "width": 8}, 2, 2, 2
+    elif width == 8:
+        model, block, blocks, workers = {"name": "resnet18", "width": 8}, 5, 20, 4
+    else:
+        model, block, blocks, workers = {"name": "resnet18", "width": width}, 3, 6, 4
+    spec = {
+        "model": model,
+        "channels": 1 if width == 8 else 3,
+        "image_size": 8,
+        "batch_size": 32,
+        "block": block,
+        "blocks": blocks,
+        "sides": list(steps.SIDES) if width == 8 else ["ddp", "sync_real"],
+    }
+    return {"times": steps.measure(spec, workers), "workers": workers, "model": model}
+
+
+def _step_row(sec: Section, name: str, level: dict, a: str, b: str) -> None:
+    """A row and figure of the step-level harness: side a / side b, median steps."""
+    ta, tb = level["times"][a], level["times"][b]
+    ratio = h.median(ta) / h.median(tb)
+    model = level["model"]
+    workload = f"{model['name']} width {model['width']}, {level['workers']} workers, batch 32"
+    sec.rows.append(
+        [
+            name,
+            workload,
+            _ms(h.median(ta)),
+            _ms(h.median(tb)),
+            _fmt_ratio(ratio),
+            f"{len(ta)} steps each",
+            "<= 1.02",
+        ]
+    )
+    sec.figures.append(Figure(name + ", time per step", ratio, "<= 1.02", 1.02))
+
+
+def _baseline_epochs(mode: str, overrides: list[str], device: str) -> list[float]:
+    r = h.baseline(mode, overrides, device=device)
+    return h.per_interval(r["rows"], [e["time/train_s"] for e in r["rows"]], skip_first=True)
+
+
+def _pair(sec: Section, name: str, overrides, xy, target: str, limit: float) -> None:
+    """One A/B row: lists of per-epoch step times per repetition, pooled into medians."""
+    xs, ys = xy
+    a, b = h.median(x for rep in xs for x in rep), h.median(y for rep in ys for y in rep)
+    ratio = a / b
+    per_rep = ", ".join(_fmt_ratio(h.median(x) / h.median(y)) for x, y in zip(xs, ys, strict=True))
+    workload = " ".join(o for o in overrides if not o.startswith(("cluster", "threads", "eval")))
+    sec.rows.append([name, workload, _ms(a), _ms(b), _fmt_ratio(ratio), per_rep, target])
+    sec.figures.append(Figure(name + ", time per step", ratio, target, limit))
+
+
+# ---------------------------------------------------------------------------------------------
+# 2. overlap
+
+
+def overlap(s: Settings, ctx: Context) -> Section:
+    sec = Section(
+        "overlap",
+        "2. Overlap efficiency",
+        "Each algorithm at tau = 2 runs twice, back to back in one Hydra multirun: with "
+        "`emulate_network=true` on a network whose modeled all-reduce of the model takes one "
+        "compute step (latency 0, bandwidth sized for T = step), and with the same network not "
+        "emulated (= `network=ideal`). The compute step is fixed with `emulate_compute=true` "
+        "and `compute.step_time_s` (each step sleeps to that duration; the real step is a few "
+        "times shorter): on 2 shared cores a measured step changes with the load and with "
+        "whether the other workers are computing or waiting, so a T sized to it would not be "
+        "one step. 2 workers, one core each. Figure: time per step emulated / ideal "
+        "(`time/train_s` / `steps`). The communication-to-computation ratio is "
+        "`time/comm_exposed_s` / `time/compute_s` of the emulated run.",
+        [
+            "algorithm",
+            "ideal ms/step",
+            "emulated ms/step",
+            "ratio",
+            "T / compute step",
+            "comm/comp (emulated)",
+            "paper comm/comp",
+            "target",
+        ],
+    )
+    epochs, step_s = (2, 0.01) if s.quick else (6, 0.04)
+    workers = 2
+    workload = [o for o in s.timed() if not o.startswith("workers=")] + [f"workers={workers}"]
+    common = [*s.backend, *workload, f"epochs={epochs}", f"eval_every={epochs}"]
+    nbytes = _model_bytes(common)
+    # ring all-reduce, latency 0: T = 2 (m - 1) / m * n / B  ->  B for T = one compute step
+    bandwidth_gbps = 2 * (workers - 1) / workers * nbytes * 8 / (step_s * 1e9)
+    algos = ["overlap_local_sgd"] if s.quick else ["sync_sgd", "local_sgd", *OVERLAP_METHODS]
+    runs = h.suite(
+        [
+            *common,
+            "tau=2",
+            "emulate_compute=true",
+            f"compute.step_time_s={step_s}",
+            "network.latency_s=0",
+            f"network.bandwidth_gbps={bandwidth_gbps:.6g}",
+            f"algorithm={','.join(algos)}",
+            "emulate_network=false,true",
+        ],
+        multirun=True,
+    )
+    for name in algos:
+        (ideal,) = h.pick(runs, algorithm__name=name, emulate_network=False)
+        (emul,) = h.pick(runs, algorithm__name=name, emulate_network=True)
+        ratio = emul.step_s / ideal.step_s
+        comm_comp = emul.summary["comm/ratio"]
+        t_over_step = step_s / (ideal.summary["time/compute_s"] / ideal.steps)
+        if name in OVERLAP_METHODS:
+            target, limit = "<= 1.05", 1.05
+        elif name == "local_sgd":
+            target, limit = "~1.5 (contrast)", None
+        else:
+            target, limit = "~2 (contrast)", None
+        paper = {"sync_sgd": PAPER_RATIO_SYNC, "overlap_local_sgd": PAPER_RATIO_OVERLAP_TAU2}
+        sec.rows.append(
+            [
+                name,
+                _ms(ideal.step_s),
+                _ms(emul.step_s),
+                _fmt_ratio(ratio),
+                f"{t_over_step:.2f}",
+                f"{comm_comp:.1%}",
+                f"{paper[name]:.1%}" if name in paper else "",
+                target,
+            ]
+        )
+        sec.figures.append(
+            Figure(f"{name} tau=2, emulated / ideal step time", ratio, target, limit)
+        )
+        if name in paper:
+            sec.figures.append(
+                Figure(f"{name} comm/comp ratio, emulated (paper {paper[name]:.1%})", comm_comp)
+            )
+    sec.notes.append(
+        f"Emulated network: latency 0, {bandwidth_gbps:.3g} Gbps, so that the ring all-reduce of "
+        f"the model ({nbytes:,} bytes, {workers} workers) takes T = {step_s * 1e3:.0f} ms = "
+        "`compute.step_time_s`; `T / compute step` is T over the compute step the ideal run "
+        "measured (1 when no real step overran the emulated one). The paper's ratios are for "
+        "T of about 0.35 compute steps (34.6% for fully synchronous SGD on 40 Gbps Ethernet); "
+        "here T is a whole step, so sync_sgd must show about 100% and local_sgd at tau = 2 "
+        "about 50%; the overlap methods have tau = 2 steps to hide T in."
+    )
+    return sec
+
+
+def _model_bytes(overrides: list[str]) -> int:
+    """fp32 bytes of the parameters of the model that `overrides` train."""
+    from benchmarks.baselines import compose
+    from experiments.data import load_dataset
+    from experiments.models import build_model
+
+    cfg = compose([o for o in overrides if not o.startswith("cluster.")])
+    data = load_dataset(cfg["dataset"])
+    model = build_model(cfg["model"], data.in_channels, data.num_classes)
+    return 4 * sum(p.numel() for p in model.parameters() if p.requires_grad)
+
+
+# ---------------------------------------------------------------------------------------------
+# 3. volume
+
+
+def closed_form_bytes(name: str, steps: int, tau: int, n: int, powersgd_floats: int) -> tuple:
+    """(total bytes a worker hands to collectives in a run of `steps` steps evaluated only at
+    the end, the formula) from algorithms.md and the algorithms' docstrings (fp32)."""
+    rounds, partial = steps // tau, int(steps % tau != 0)
+    if name in ("sync_sgd", "pseudo_sync"):
+        return 4 * n * steps, "4n per step"
+    if name == "powersgd":
+        return 4 * powersgd_floats * steps, "4 (sum (rows+cols) r' + 1-D numel) per step"
+    if name in ("local_sgd", "easgd", "eamsgd"):
+        return 4 * n * (rounds + partial), "4n per round (+1 closing a partial round)"
+    if name in ("cocod_sgd", "overlap_local_sgd"):
+        return 4 * n * (rounds + 1), "4n per round, +1 exact average in finish()"
+    if name in ("osp", "losp"):
+        return 4 * (n + 1) * (rounds + 1), "4(n+1) per push (flag), rounds + 1 push in finish()"
+    raise ValueError(name)
+
+
+def volume(s: Settings, ctx: Context) -> Section:
+    import torch
+
+    from algorithms.powersgd import floats_per_step
+    from experiments.models import build_model
+
+    sec = Section(
+        "volume",
+        "3. Communication volume",
+        "`comm/bytes` of a run through `run.py` (virtual clock with a fixed 10 ms step and "
+        "`network=ideal`, so that OSP/LOSP windows are empty and every count is deterministic) "
+        "against the closed form for the same number of steps. Figure: measured / closed form "
+        "(target: exactly 1). PowerSGD's compression is 4n / its bytes per step.",
+        [
+            "algorithm",
+            "steps",
+            "collectives",
+            "bytes/step measured",
+            "bytes/step closed form",
+            "measured / closed",
+            "closed form",
+            "floats/step",
+            "compression",
+            "paper",
+        ],
+    )
+    if s.quick:
+        model = ["model=tiny_cnn", "dataset.channels=1"]
+        algos, ranks = ["powersgd"], [1]
+        width, name, channels = None, "tiny_cnn", 1
+    else:  # the CIFAR ResNet-18 (11,173,962 parameters) on 3x8x8 inputs: same parameters
+        model = ["model=resnet18", "model.width=64", "dataset.channels=3"]
+        algos, ranks = list(ALGORITHMS), [1, 2, 4, 8]
+        width, name, channels = 64, "resnet18", 3
+    common = [
+        *s.backend,
+        *model,
+        "dataset=synthetic",
+        "dataset.image_size=8",
+        "dataset.num_train=128",
+        "dataset.num_test=64",
+        f"workers={1 if s.quick else 2}",
+        "batch_size=32",
+        "epochs=2",
+        "eval_every=2",
+        "tau=2",
+        "timing=virtual",
+        "network=ideal",
+        "compute.step_time_s=0.01",
+    ]
+    runs = h.suite([*common, f"algorithm={','.join(algos)}"], multirun=True)
+    if len(ranks) > 1:
+        more = ",".join(str(r) for r in ranks if r != 1)
+        runs += h.suite([*common, "algorithm=powersgd", f"algorithm.rank={more}"], multirun=True)
+
+    torch.manual_seed(0)
+    net = build_model({"name": name, "width": width or 8}, channels, 10)
+    shapes = [tuple(p.shape) for p in net.parameters() if p.requires_grad]
+    n = sum(p.numel() for p in net.parameters() if p.requires_grad)
+    for algo in algos:
+        for rank in ranks if algo == "powersgd" else [None]:
+            want = {"algorithm__name": algo}
+            if rank is not None:
+                want["algorithm__rank"] = rank
+            (run,) = h.pick(runs, **want)
+            steps, measured = run.steps, run.summary["comm/bytes"]
+            fps = floats_per_step(shapes, rank or 1)
+            expected, formula = closed_form_bytes(algo, steps, 2, n, fps)
+            label = algo if rank is None else f"powersgd rank {rank}"
+            floats = measured / 4 / steps
+            compression = 4 * n * steps / measured if algo == "powersgd" else None
+            paper = ""
+            if algo == "powersgd" and n == RESNET18_PARAMS and rank in PAPER_POWERSGD_FLOATS:
+                pf = PAPER_POWERSGD_FLOATS[rank]
+                paper = f"{pf:,} floats, {RESNET18_PARAMS / pf:.0f}x"
+            ratio = measured / expected
+            sec.rows.append(
+                [
+                    label,
+                    steps,
+                    run.summary.get("comm/collectives", ""),
+                    f"{measured / steps:,.0f}",
+                    f"{expected / steps:,.0f}",
+                    f"{ratio:.6f}",
+                    formula,
+                    f"{floats:,.0f}",
+                    f"{compression:.1f}x" if compression else "",
+                    paper,
+                ]
+            )
+            sec.figures.append(
+                Figure(f"{label}: bytes measured / closed form", ratio, "= 1", 1.0, True)
+            )
+            if compression:
+                sec.figures.append(Figure(f"{label}: compression vs sync_sgd", compression))
+    sec.notes.append(
+        f"Model: {name}{'' if width is None else f' width {width}'}, n = {n:,} parameters "
+        f"(4n = {4 * n:,} bytes), {1 if s.quick else 2} worker(s), tau = 2, batch 32. Bytes "
+        "are the payload this worker hands to collectives (the ledger); the virtual clock's "
+        "launch times (a few slots per worker riding in a blocking collective's buffer, or "
+        "a small all-reduce next to a non-blocking one) are not payload."
+    )
+    return sec
+
+
+# ---------------------------------------------------------------------------------------------
+# 4. memory
+
+
+def memory(s: Settings, ctx: Context) -> Section:
+    from benchmarks import memory as mem
+
+    sec = Section(
+        "memory",
+        "4. Memory per worker",
+        "In-process harness (`benchmarks/memory.py`, 2 gloo workers; run.py records no memory "
+        "figures): each worker first trains plain steps (forward/backward/SGD step, no "
+        "algorithm), then the same model under the algorithm's hooks for 4 steps at tau = 2 and "
+        "`finish()`. Peak RSS (VmHWM, reset before each algorithm) of the plain phase is the "
+        "yardstick. `held` = model-sized copies the algorithm keeps between steps (distinct "
+        "tensor storages reachable from it, excluding the model's parameters, gradients and "
+        "the optimizer's momentum), counted exactly.",
+        [
+            "algorithm",
+            "plain peak MiB",
+            "peak MiB",
+            "peak / plain",
+            "extra peak (model copies)",
+            "held (model copies)",
+            "held, by design",
+        ],
+    )
+    if s.quick:
+        model, algos = {"name": "tiny_cnn", "width": 8}, ["sync_sgd", "overlap_local_sgd"]
+    else:
+        model, algos = {"name": "resnet18", "width": 64}, list(ALGORITHMS)
+    specs = [
+        {
+            "device": s.device,
+            "channels": 3,
+            "image_size": 8,
+            "classes": 10,
+            "model": model,
+            "algorithm": name,
+            "options": {},
+            "tau": 2,
+            "batch_size": 32,
+            "plain_steps": 2,
+            "steps": 4,
+        }
+        for name in algos
+    ]
+    results = mem.measure(specs, workers=2)
+    mib = 2**20
+    for name, by_rank in zip(algos, results, strict=True):
+        r = max(by_rank, key=lambda x: x["peak"] - x["plain"])  # the worst worker
+        ratio = r["peak"] / r["plain"]
+        extra = (r["peak"] - r["plain"]) / r["model_bytes"]
+        held = r["held"] / r["model_bytes"]
+        sec.rows.append(
+            [
+                name,
+                f"{r['plain'] / mib:.0f}",
+                f"{r['peak'] / mib:.0f}",
+                f"{ratio:.3f}",
+                f"{extra:.2f}",
+                f"{held:.2f}",
+                HELD_BY_DESIGN[name],
+            ]
+        )
+        sec.figures.append(Figure(f"{name}: peak memory / plain training", ratio))
+    label = f"{model['name']} width {model['width']}"
+    sec.notes.append(
+        f"Model: {label}, {results[0][0]['model_bytes'] / mib:.1f} MiB of fp32 parameters; "
+        "batch 32 of 3x8x8 inputs, so activations are small and the model-sized buffers "
+        "dominate the difference. `extra peak` includes transient buffers (flattened copies "
+        "made during a sync); `held` counts only what survives between steps."
+    )
+    return sec
+
+
+#: What each algorithm must keep between steps (its docstring's state), in model copies.
+HELD_BY_DESIGN = {
+    "sync_sgd": "0",
+    "local_sgd": "0",
+    "powersgd": "~1 (error memories of the matrices, Q)",
+    "easgd": "1-2 (centre; next centre in flight)",
+    "eamsgd": "1-2 (centre; next centre in flight)",
+    "cocod_sgd": "2-3 (snapshot, average; next in flight)",
+    "overlap_local_sgd": "2-3 (anchor, anchor momentum; next in flight)",
+    "pseudo_sync": "2-3 (S, G; next in flight)",
+    "osp": "2-3 (global model, base; push in flight)",
+    "losp": "2-3 (global model, base; push in flight)",
+}
+
+
+# ---------------------------------------------------------------------------------------------
+# 5. virtual clock
+
+
+def clock(s: Settings, ctx: Context) -> Section:
+    sec = Section(
+        "clock",
+        "5. Virtual-clock overhead",
+        "sync_sgd (one collective per step: the worst case for the clock's bookkeeping) with "
+        "`timing=virtual` and with `timing=real` (no emulation), alternating in one Hydra "
+        "multirun (one seed per pair). The virtual run's `time/train_s` is modeled, so both "
+        "are timed from outside: the parent watches `metrics.jsonl` (every 4 ms) and takes the "
+        "wall-clock between consecutive rows (one per epoch) minus the evaluation time between "
+        "them, per step. Per side, the median over all epochs of all seeds; figure = virtual / "
+        "real.",
+        ["clock", "wall ms/step (median)", "per seed", "ratio", "target"],
+    )
+    epochs = 3 if s.quick else 7
+    reps = 1 if s.quick else max(1, s.reps - 1)
+    runs = h.suite(
+        [
+            *s.backend,
+            *s.timed(),
+            "algorithm=sync_sgd",
+            f"epochs={epochs}",
+            "eval_every=1",
+            f"seed={','.join(str(i) for i in range(reps))}",
+            "timing=real,virtual",
+        ],
+        multirun=True,
+        watch=True,
+    )
+    real = [r.epoch_wall_step_s() for r in h.pick(runs, timing="real")]
+    virtual = [r.epoch_wall_step_s() for r in h.pick(runs, timing="virtual")]
+    a, b = h.median(x for rep in virtual for x in rep), h.median(x for rep in real for x in rep)
+    ratio = a / b
+    sec.rows.append(["real", _ms(b), ", ".join(_ms(h.median(x)) for x in real), "", ""])
+    sec.rows.append(
+        [
+            "virtual",
+            _ms(a),
+            ", ".join(_ms(h.median(x)) for x in virtual),
+            _fmt_ratio(ratio),
+            "<= 1.02",
+        ]
+    )
+    sec.figures.append(
+        Figure("timing=virtual / timing=real, wall time per step", ratio, "<= 1.02", 1.02)
+    )
+    if s.device == "cpu":
+        w8 = _step_level(s, ctx, 8)
+        ta, tb = w8["times"]["sync_virtual"], w8["times"]["sync_real"]
+        ratio = h.median(ta) / h.median(tb)
+        sec.rows.append(
+            [
+                "step level: virtual / real (same processes)",
+                f"{_ms(h.median(ta))} / {_ms(h.median(tb))}",
+                f"{len(ta)} steps each",
+                _fmt_ratio(ratio),
+                "<= 1.02",
+            ]
+        )
+        sec.figures.append(
+            Figure("step level: SyncSGD on the virtual / real clock", ratio, "<= 1.02", 1.02)
+        )
+        sec.notes.append(
+            "Step level (`benchmarks/steps.py`, same gloo processes, alternating blocks of "
+            "steps): the suite's SyncSGD on a `Comm` with the virtual clock against one with "
+            "the real clock. The virtual clock needs every worker's launch clock: they ride in "
+            "the gradient all-reduce's own buffer (3 float32 slots per worker), so its cost "
+            "is writing them and reading the tail back, not a second collective."
+        )
+    # The real runs' own clock against the outside watch: what the loop leaves untimed.
+    inside = [x for r in h.pick(runs, timing="real") for x in r.epoch_step_s()]
+    sec.notes.append(
+        "Cross-check on the real runs: their own `time/train_s` gives "
+        f"{_ms(h.median(inside))} ms/step against {_ms(b)} ms watched from outside (the "
+        "difference is loop work outside the step timers, plus the watch's 4 ms resolution)."
+    )
+    return sec
+
+
+# ---------------------------------------------------------------------------------------------
+# 6. scaling
+
+
+def scaling(s: Settings, ctx: Context) -> Section:
+    sec = Section(
+        "scaling",
+        "6. Scaling on one machine",
+        "One Hydra multirun over the number of workers, per-worker batch 32, synthetic data "
+        "(4096 samples, 1x8x8; 2 epochs), ResNet-18 width 8, `threads_per_worker=1` (so 1 "
+        "worker uses one core and 2 workers both). sync_sgd, and local_sgd with tau beyond "
+        "the run (no communication: compute alone). Steps per second = `steps` / "
+        "`time/train_s` of rank 0; samples per second = that x workers x batch; speed-up = "
+        "samples per second over 1 worker's.",
+        [
+            "algorithm",
+            "workers",
+            "steps/s",
+            "samples/s",
+            "speed-up vs 1 worker",
+            "efficiency",
+            "exposed comm share",
+        ],
+    )
+    workers = [1, 2] if s.quick else [1, 2, 4, 8]
+    algos = ["sync_sgd"] if s.quick else ["sync_sgd", "local_sgd"]
+    model = ["model=tiny_cnn"] if s.quick else ["model=resnet18", "model.width=8"]
+    runs = h.suite(
+        [
+            "cluster.backend=gloo",
+            "threads_per_worker=1",
+            "dataset=synthetic",
+            f"dataset.num_train={256 if s.quick else 4096}",
+            *model,
+            "batch_size=32",
+            "epochs=2",
+            "eval_every=2",
+            "tau=1000",  # local_sgd: no communication (compute scaling alone)
+            f"algorithm={','.join(algos)}",
+            f"workers={','.join(str(w) for w in workers)}",
+        ],
+        multirun=True,
+    )
+    for algo in algos:
+        base = None
+        for w in workers:
+            (run,) = h.pick(runs, algorithm__name=algo, workers=w)
+            steps_per_s = run.steps / run.summary["time/train_s"]
+            samples = steps_per_s * w * 32
+            base = base or samples
+            share = run.summary["time/comm_exposed_s"] / run.summary["time/train_s"]
+            label = algo if algo == "sync_sgd" else "local_sgd (no sync)"
+            sec.rows.append(
+                [
+                    label,
+                    w,
+                    f"{steps_per_s:.1f}",
+                    f"{samples:.0f}",
+                    f"{samples / base:.2f}",
+                    f"{samples / base / w:.0%}",
+                    f"{share:.0%}",
+                ]
+            )
+            sec.figures.append(
+                Figure(f"{label}, {w} workers: speed-up vs 1 worker", samples / base)
+            )
+    return sec
+
+
+FAMILIES: dict[str, Callable[[Settings, Context], Section]] = {
+    "overhead": overhead,
+    "overlap": overlap,
+    "volume": volume,
+    "memory": memory,
+    "clock": clock,
+    "scaling": scaling,
+}
+
+
+def finite_positive(x: float) -> bool:
+    return isinstance(x, int | float) and math.isfinite(x) and x > 0
