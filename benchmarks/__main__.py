@@ -52,6 +52,7 @@ def main(argv: list[str] | None = None) -> int:
     command = "python -m benchmarks " + shlex.join(argv if argv is not None else sys.argv[1:])
     meta = {"command": command.strip(), **harness.machine()}
     meta["mode"] = "quick (CI smoke: not a measurement)" if args.quick else "full"
+    meta["device"] = args.device
 
     ctx: dict = {}
 

@@ -46,11 +46,18 @@ def markdown(
     for k, v in meta.items():
         out.append(f"| {k} | {str(v).replace('|', '/')} |")
     out.append("")
-    out.append(
-        "GPU figures (NCCL, `--device cuda`): **pending** — no GPU machine was available for "
-        "this run; the harness supports `python -m benchmarks --device cuda` (DDP on NCCL, "
-        "CUDA memory), untested."
-    )
+    if meta.get("device") == "cuda":
+        out.append(
+            f"GPU run (`--device cuda`, {meta.get('gpu')}): DDP on NCCL, CUDA memory; the CPU "
+            "figures are in the CPU run's RESULTS.md."
+        )
+    else:
+        out.append(
+            "GPU figures (NCCL, `--device cuda`): **pending** — no GPU machine was available "
+            "for this run (gpu: " + str(meta.get("gpu", "none")) + "); the harness supports "
+            "`python -m benchmarks --device cuda --out benchmarks/RESULTS-gpu.md` (DDP on "
+            "NCCL, CUDA memory), not yet run on a GPU."
+        )
     out.append("")
     out.append("## Summary: every figure with a target\n")
     out.append("| figure | measured | target | verdict |\n|---|---|---|---|")
