@@ -214,9 +214,9 @@ def overhead(s: Settings, ctx: Context) -> Section:
         sec.notes.append(
             "Step level (`benchmarks/steps.py`): DDP and the suite's SyncSGD hooks on `Comm` in "
             "the same gloo processes, alternating blocks of steps, each step timed, medians "
-            "pooled over two launches (per launch in the `per rep` column), figure = ratio of "
-            "the 10th percentiles (interference only adds time to a step; the medians of two "
-            "launches differed by up to 8%, the 10th percentiles by 2%): both sides see the "
+            "and 10th percentiles per launch (two launches, ratios in the `per rep` column; "
+            "figure = their geometric mean; interference only adds time to a step: the medians "
+            "of two launches differed by up to 8%, the 10th percentiles by 2%): both sides see the "
             "same load. 2 workers of one thread, one per core: with 4 workers on 2 cores the "
             "same ratio swung between 0.97 and 1.07 from one launch to the next (measured), as "
             "the scheduler interleaved the processes. It covers the step and its communication, "
@@ -270,10 +270,11 @@ def _measure_steps(s: Settings, width: int) -> dict:
 
 def _step_row(sec: Section, name: str, level: dict, a: str, b: str) -> None:
     """A row and figure of the step-level harness: side a / side b, 10th percentiles of the
-    step times (medians for context)."""
+    step times (medians for context), per launch; figure = geometric mean of the launches'
+    ratios (each is side by side; two launches run at different absolute speeds)."""
     ta, tb = level["times"][a], level["times"][b]
     q = h.low_quantile
-    ratio = q(ta) / q(tb)
+    ratio = h.geomean(q(t[a]) / q(t[b]) for t in level["per_launch"])
     model = level["model"]
     workload = f"{model['name']} width {model['width']}, {level['workers']} workers, batch 32"
     sec.rows.append(
@@ -683,7 +684,7 @@ def clock(s: Settings, ctx: Context) -> Section:
         w8 = _step_level(s, ctx, 8)
         ta, tb = w8["times"]["sync_virtual"], w8["times"]["sync_real"]
         q = h.low_quantile
-        ratio = q(ta) / q(tb)
+        ratio = h.geomean(q(t["sync_virtual"]) / q(t["sync_real"]) for t in w8["per_launch"])
         per_launch = ", ".join(
             _fmt_ratio(q(t["sync_virtual"]) / q(t["sync_real"])) for t in w8["per_launch"]
         )

@@ -11,6 +11,7 @@ machine may be shared.
 from __future__ import annotations
 
 import json
+import math
 import os
 import platform
 import statistics
@@ -234,6 +235,11 @@ def baseline(mode: str, overrides: Sequence[str], *, device: str, timeout: float
 
 def median(values: Iterable[float]) -> float:
     return statistics.median(list(values))
+
+
+def geomean(values: Iterable[float]) -> float:
+    values = list(values)
+    return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
 def low_quantile(values: Iterable[float], q: float = 0.1) -> float:
