@@ -157,7 +157,7 @@ def overhead(s: Settings, ctx: Context) -> Section:
             "target",
         ],
     )
-    epochs = 2 if s.quick else 8
+    epochs = 2 if s.quick else 16  # ~11 steps per epoch and worker: short epochs are noisy
     common = [*s.backend, *s.timed(), f"epochs={epochs}", "eval_every=1"]
     comp_s, comm_share = [], []
 
@@ -172,7 +172,7 @@ def overhead(s: Settings, ctx: Context) -> Section:
         return _baseline_epochs("ddp", [*common, "algorithm=sync_sgd"], s.device)
 
     # The loop's own overhead: one worker, no communication (tau beyond the run's length).
-    epochs1 = 2 if s.quick else 4
+    epochs1 = 2 if s.quick else 16  # ~45 steps per epoch
     one = [o for o in s.timed() if not o.startswith("workers=")]
     single = [*s.backend, *one, "workers=1", f"epochs={epochs1}", "eval_every=1"]
 
