@@ -55,9 +55,22 @@ def external_worker() -> Worker | None:
         # launcher sets; a task started by `srun` in slurm/train.sbatch is in the same one.
         env.setdefault("SUBMITIT_EXECUTOR", "slurm")
 
+        # sbatch exports the submitting shell's environment: a MASTER_ADDR/MASTER_PORT found
+        # here names the submitter's host, not this job's first node (and submitit refuses to
+        # overwrite them). Under SLURM the rendezvous is the job's, so they are replaced.
+        inherited = {k: env.pop(k) for k in ("MASTER_ADDR", "MASTER_PORT") if k in env}
         # Sets MASTER_ADDR (first node), MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK; leaves
         # CUDA_VISIBLE_DEVICES alone because SLURM may already bind GPUs (ecosystem.md, sec. 2).
         denv = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
+        if inherited and denv.rank == 0:
+            print(
+                "warning: ignoring "
+                + ", ".join(f"{k}={v}" for k, v in inherited.items())
+                + f" inherited by the SLURM job; rendezvous at {env['MASTER_ADDR']}:"
+                + f"{env['MASTER_PORT']} (the job's first node, a port from the job id)",
+                file=sys.stderr,
+                flush=True,
+            )
         return Worker(
             rank=denv.rank,
             world_size=denv.world_size,
@@ -159,6 +172,10 @@ def check_rendezvous_port(worker: Worker) -> None:
         return
     port = int(env["MASTER_PORT"])
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        # As TCPStore binds: SO_REUSEADDR, so that connections of an earlier job on this port
+        # still in TIME_WAIT (a requeued SLURM job gets the same port) do not count, only a
+        # socket listening on it.
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind(("", port))
         except OSError:

@@ -131,7 +131,7 @@ def test_sampler_is_randomsampler_and_resumes_mid_epoch():
     assert list(sampler) == reference  # the skip applies to one pass only
 
 
-def test_pending_snapshot_restores_the_collective_on_the_virtual_clock():
+def test_pending_snapshot_restores_the_collective_on_the_virtual_clock(monkeypatch):
     """A collective in flight, saved and restored, completes at the same modeled time and
     accounts the same exposed and hidden time as the original (world size 1: modeled only)."""
     import torch.distributed as dist
@@ -139,7 +139,8 @@ def test_pending_snapshot_restores_the_collective_on_the_virtual_clock():
     from experiments.clock import Compute, Network, VirtualClock
     from experiments.dist import free_port
 
-    os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(free_port()))
+    monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # not left behind for later tests' commands
+    monkeypatch.setenv("MASTER_PORT", str(free_port()))
     dist.init_process_group("gloo", rank=0, world_size=1)
     try:
 

@@ -59,3 +59,62 @@ def test_srun_task_identity_and_rendezvous_from_slurm_variables(monkeypatch):
     assert d.external_worker().rank == 0
     assert int(env["MASTER_PORT"]) == port  # ... rank 0 computes the same port
     assert "CUDA_VISIBLE_DEVICES" not in env  # left to SLURM (ecosystem.md sec. 2)
+
+
+def test_a_rendezvous_inherited_from_the_submitting_shell_is_replaced(monkeypatch, capsys):
+    """sbatch exports the submitter's environment: a MASTER_ADDR/MASTER_PORT set there must not
+    stop the job (submitit refuses to overwrite them) nor be used; rank 0 says it ignored them."""
+    import os
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
+    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
+        env.pop(key, None)
+    env.update(
+        MASTER_ADDR="login-node",
+        MASTER_PORT="12345",
+        SLURM_JOB_ID="4242",
+        SLURM_NTASKS="2",
+        SLURM_PROCID="0",
+        SLURM_LOCALID="0",
+        SLURM_NNODES="2",
+        SLURM_JOB_NUM_NODES="2",
+        SLURM_NODEID="0",
+        SLURM_JOB_NODELIST="n[1-2]",
+    )
+    monkeypatch.setattr(os, "environ", env)
+    w = d.external_worker()
+    assert (w.rank, w.world_size) == (0, 2)
+    assert env["MASTER_ADDR"] == "n1" and env["MASTER_PORT"] != "12345"
+    err = capsys.readouterr().err
+    assert "ignoring MASTER_ADDR=login-node, MASTER_PORT=12345" in err
+
+
+def test_rendezvous_port_check_ignores_time_wait_but_not_a_listener(monkeypatch):
+    """A requeued SLURM job derives the same port from the same job id: connections of its
+    previous run left in TIME_WAIT must not count as "in use" (TCPStore binds with
+    SO_REUSEADDR too); a process listening on the port must."""
+    import socket
+
+    from experiments.errors import UserError
+
+    worker = d.Worker(rank=0, world_size=2, local_rank=0, local_world_size=1, external=True)
+    monkeypatch.delenv("TORCHELASTIC_USE_AGENT_STORE", raising=False)
+    server = socket.socket()
+    server.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    server.bind(("127.0.0.1", 0))
+    server.listen()
+    port = server.getsockname()[1]
+    client = socket.create_connection(("127.0.0.1", port))
+    accepted, _ = server.accept()
+    accepted.close()  # the server side closes first: its end of the port goes to TIME_WAIT
+    server.close()
+    client.close()
+    monkeypatch.setenv("MASTER_PORT", str(port))
+    d.check_rendezvous_port(worker)  # no error
+
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        monkeypatch.setenv("MASTER_PORT", str(listener.getsockname()[1]))
+        with pytest.raises(UserError, match="already in use"):
+            d.check_rendezvous_port(worker)
