@@ -326,12 +326,15 @@ class Comm:
             buf = self._buffers[key] = torch.empty(key[3], dtype=key[1], device=key[2])
         return buf
 
-    def _launch(self, flat: torch.Tensor, account: bool, async_op: bool):
-        """Start a SUM all-reduce of `flat`; returns the handle (None when alone)."""
+    def _launch(
+        self, flat: torch.Tensor, account: bool, async_op: bool, wire: torch.Tensor | None = None
+    ):
+        """Start a SUM all-reduce of `flat` (sent as `wire` when the launch clocks ride along);
+        returns the handle (None when alone)."""
         if account:
             self.ledger.bytes += flat.numel() * flat.element_size()
             self.ledger.collectives += 1
-            return _Collective(self, flat, async_op)
+            return _Collective(self, flat, async_op, wire)
         if self.world_size == 1:
             return None
         return dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group, async_op=async_op)
@@ -344,12 +347,9 @@ class Comm:
         tail = tail if account and self.clock.virtual else 0
         wire = self._buffer(tensors, None, extra=tail)
         flat = flatten(tensors, out=wire.narrow(0, 0, n) if tail else wire)
-        if account:
-            self.ledger.bytes += flat.numel() * flat.element_size()
-            self.ledger.collectives += 1
-            _Collective(self, flat, async_op=False, wire=wire).wait(blocking=True)
-        elif self.world_size > 1:
-            dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group)
+        handle = self._launch(flat, account, async_op=False, wire=wire)
+        if isinstance(handle, _Collective):
+            handle.wait(blocking=True)
         return flat
 
     def mean_(self, tensors: Sequence[torch.Tensor], *, account: bool = True) -> None:

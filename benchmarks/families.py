@@ -16,6 +16,7 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
+from analysis.load import ALGORITHMS  # contract.md order, baseline first
 from benchmarks import harness as h
 
 # The Overlap-Local-SGD paper (algorithms.md section 10): communication-to-computation ratio.
@@ -24,18 +25,6 @@ PAPER_RATIO_OVERLAP_TAU2 = 0.015
 # algorithms.md section 10: PowerSGD floats per step on the CIFAR ResNet-18, by rank.
 PAPER_POWERSGD_FLOATS = {1: 45_935, 2: 82_260, 4: 154_910, 8: 300_210}
 RESNET18_PARAMS = 11_173_962
-ALGORITHMS = (
-    "sync_sgd",
-    "local_sgd",
-    "powersgd",
-    "easgd",
-    "eamsgd",
-    "cocod_sgd",
-    "overlap_local_sgd",
-    "pseudo_sync",
-    "osp",
-    "losp",
-)
 OVERLAP_METHODS = ("overlap_local_sgd", "cocod_sgd", "osp", "losp")
 
 

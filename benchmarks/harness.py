@@ -263,18 +263,8 @@ def machine() -> dict[str, str]:
                 break
     except OSError:
         pass
-    try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=REPO,
-            capture_output=True,
-            text=True,
-        ).stdout.strip()
-    except OSError:
-        sha, dirty = "unknown", ""
+    from experiments.records import git_sha
+
     gpu = "none"
     if torch.cuda.is_available():
         gpu = f"{torch.cuda.device_count()} x {torch.cuda.get_device_name(0)}"
@@ -286,6 +276,6 @@ def machine() -> dict[str, str]:
         "os": platform.platform(),
         "python": platform.python_version(),
         "torch": torch.__version__,
-        "git": sha + (" (uncommitted changes)" if dirty else ""),
+        "git": git_sha(),  # with -dirty when the tree had local changes
         "load_avg": " / ".join(f"{x:.2f}" for x in os.getloadavg()),
     }

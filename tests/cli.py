@@ -10,15 +10,33 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parents[1]
 
 
+def child_env(extra: dict | None = None) -> dict[str, str]:
+    """The environment of a command under test: quiet W&B, unbuffered output, and none of a
+    launcher's worker identity (a test run inside torchrun or srun must not inherit it)."""
+    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1", **(extra or {})}
+    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
+        env.pop(key, None)
+    return env
+
+
+def popen_run_py(*args: str, env_extra: dict | None = None) -> subprocess.Popen:
+    """`python run.py ARGS` started in the background (for signals and timing); pipes open."""
+    return subprocess.Popen(
+        [sys.executable, "run.py", *args],
+        cwd=REPO,
+        env=child_env(env_extra),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
 def run_py(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     """`python run.py ARGS` from the repository root; output captured (stdout not a tty)."""
-    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
-    env.pop("RANK", None)
-    env.pop("WORLD_SIZE", None)
     return subprocess.run(
         [sys.executable, "run.py", *args],
         cwd=REPO,
-        env=env,
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=timeout,

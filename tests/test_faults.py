@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import REPO, run_py
+from tests.cli import REPO, popen_run_py, run_py
 
 pytestmark = pytest.mark.e2e
 
@@ -54,17 +54,7 @@ def alive(pids) -> set[int]:
 
 
 def popen(*args: str, env_extra: dict | None = None) -> subprocess.Popen:
-    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1", **(env_extra or {})}
-    for key in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"):
-        env.pop(key, None)
-    return subprocess.Popen(
-        [sys.executable, "run.py", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return popen_run_py(*args, env_extra=env_extra)
 
 
 def wait_for_training(proc, root: Path, timeout: float = 120) -> Path:

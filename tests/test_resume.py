@@ -155,23 +155,9 @@ def test_every_algorithm_resumes_exactly(tmp_path):
 
 
 def _popen_run_py(*args: str):
-    import os
-    import subprocess
-    import sys
+    from tests.cli import popen_run_py
 
-    from tests.cli import REPO
-
-    env = {**os.environ, "WANDB_SILENT": "true", "PYTHONUNBUFFERED": "1"}
-    env.pop("RANK", None)
-    env.pop("WORLD_SIZE", None)
-    return subprocess.Popen(
-        [sys.executable, "run.py", *args],
-        cwd=REPO,
-        env=env,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    return popen_run_py(*args)
 
 
 @pytest.mark.e2e
