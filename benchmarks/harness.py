@@ -238,7 +238,10 @@ def median(values: Iterable[float]) -> float:
 
 
 def geomean(values: Iterable[float]) -> float:
+    """The geometric mean of positive ratios."""
     values = list(values)
+    if not values or min(values) <= 0:
+        raise ValueError(f"geomean needs positive values, got {values}")
     return math.exp(sum(math.log(v) for v in values) / len(values))
 
 
