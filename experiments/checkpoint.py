@@ -375,21 +375,25 @@ class Stopper:
         self._previous = {}
 
 
-def requeue_slurm_job() -> str | None:
-    """Ask SLURM to requeue this job (rank 0, after the checkpoint); return what was done, or
-    None outside SLURM. `scontrol requeue` ends the running job and queues it again; the new
-    start resumes from the checkpoint in the same run directory."""
-    import subprocess
-
+def slurm_job() -> str | None:
+    """This SLURM job as `scontrol` names it (`ARRAY_TASK` for an array task), or None outside
+    SLURM."""
     env = os.environ
     if "SLURM_JOB_ID" not in env:
         return None
     if "SLURM_ARRAY_JOB_ID" in env and "SLURM_ARRAY_TASK_ID" in env:
-        job = f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
-    else:
-        job = env["SLURM_JOB_ID"]
+        return f"{env['SLURM_ARRAY_JOB_ID']}_{env['SLURM_ARRAY_TASK_ID']}"
+    return env["SLURM_JOB_ID"]
+
+
+def requeue_slurm_job(job: str) -> str | None:
+    """Ask SLURM to requeue `job` (rank 0, after the checkpoint and the records: `scontrol
+    requeue` ends the running job at once and queues it again, and the new start resumes from
+    the checkpoint in the same run directory). Returns None, or why it failed."""
+    import subprocess
+
     try:
         subprocess.run(["scontrol", "requeue", job], check=True, timeout=60, capture_output=True)
     except (OSError, subprocess.SubprocessError) as e:
         return f"requeue of job {job} failed ({e}); resubmit the same command to resume"
-    return f"job {job} requeued"
+    return None

@@ -506,13 +506,20 @@ def write_interruption(run_dir: Path, step: int, stopper: Stopper) -> None:
     is requeued; its next start resumes from the checkpoint."""
     what = stopper.signal_name or "a stop request on another worker"
     error = f"interrupted by {what} at step {step}; checkpoint saved: rerun to resume"
-    requeue = ckpt.requeue_slurm_job() if stopper.requeue else None
-    if requeue:
-        error += f" ({requeue})"
+    job = ckpt.slurm_job() if stopper.requeue else None
+    requeue = f"job {job} requeued" if job else None
+    interrupted = {"signal": what, "step": step, "at": _now(), "requeue": requeue}
+    # Records and message first: the requeue ends this job at once.
     update_summary(
         run_dir,
         status="failed",
-        error=error,
-        interrupted={"signal": what, "step": step, "at": _now(), "requeue": requeue},
+        error=error + (f" ({requeue})" if requeue else ""),
+        interrupted=interrupted,
     )
-    print(f"{run_dir}: {error}", file=sys.stderr, flush=True)
+    print(f"{run_dir}: {error}" + (f" ({requeue})" if requeue else ""), file=sys.stderr, flush=True)
+    failure = ckpt.requeue_slurm_job(job) if job else None
+    if failure:
+        update_summary(
+            run_dir, error=f"{error} ({failure})", interrupted={**interrupted, "requeue": failure}
+        )
+        print(f"{run_dir}: {failure}", file=sys.stderr, flush=True)
