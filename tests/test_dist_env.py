@@ -29,7 +29,9 @@ def test_gpu_index(monkeypatch, visible, local_rank, local_world, expected):
     assert d.choose_backend("gloo", local_rank, local_world) == "gloo"
 
 
-def test_srun_task_identity_and_rendezvous_from_slurm_variables(monkeypatch):
+def _srun_task_env(monkeypatch, ntasks: int, procid: int, localid: int, nodeid: int, **extra):
+    """os.environ as srun gives it to one task of a 2-node job (n1, n2), in a copy that
+    export() may write to, with no launcher identity of this test process."""
     import os
 
     env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
@@ -38,15 +40,21 @@ def test_srun_task_identity_and_rendezvous_from_slurm_variables(monkeypatch):
     env.pop("CUDA_VISIBLE_DEVICES", None)
     env.update(
         SLURM_JOB_ID="4242",
-        SLURM_NTASKS="4",
-        SLURM_PROCID="3",
-        SLURM_LOCALID="1",
+        SLURM_NTASKS=str(ntasks),
+        SLURM_PROCID=str(procid),
+        SLURM_LOCALID=str(localid),
         SLURM_NNODES="2",
         SLURM_JOB_NUM_NODES="2",
-        SLURM_NODEID="1",
+        SLURM_NODEID=str(nodeid),
         SLURM_JOB_NODELIST="n[1-2]",
+        **extra,
     )
-    monkeypatch.setattr(os, "environ", env)  # what export() writes stays in this copy
+    monkeypatch.setattr(os, "environ", env)
+    return env
+
+
+def test_srun_task_identity_and_rendezvous_from_slurm_variables(monkeypatch):
+    env = _srun_task_env(monkeypatch, ntasks=4, procid=3, localid=1, nodeid=1)
     w = d.external_worker()
     assert (w.rank, w.world_size, w.local_rank, w.local_world_size) == (3, 4, 1, 2)
     assert env["MASTER_ADDR"] == "n1"  # the first node of the job
@@ -64,24 +72,15 @@ def test_srun_task_identity_and_rendezvous_from_slurm_variables(monkeypatch):
 def test_a_rendezvous_inherited_from_the_submitting_shell_is_replaced(monkeypatch, capsys):
     """sbatch exports the submitter's environment: a MASTER_ADDR/MASTER_PORT set there must not
     stop the job (submitit refuses to overwrite them) nor be used; rank 0 says it ignored them."""
-    import os
-
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("SLURM_", "SUBMITIT_"))}
-    for key in ("RANK", "WORLD_SIZE", "LOCAL_RANK"):
-        env.pop(key, None)
-    env.update(
+    env = _srun_task_env(
+        monkeypatch,
+        ntasks=2,
+        procid=0,
+        localid=0,
+        nodeid=0,
         MASTER_ADDR="login-node",
         MASTER_PORT="12345",
-        SLURM_JOB_ID="4242",
-        SLURM_NTASKS="2",
-        SLURM_PROCID="0",
-        SLURM_LOCALID="0",
-        SLURM_NNODES="2",
-        SLURM_JOB_NUM_NODES="2",
-        SLURM_NODEID="0",
-        SLURM_JOB_NODELIST="n[1-2]",
     )
-    monkeypatch.setattr(os, "environ", env)
     w = d.external_worker()
     assert (w.rank, w.world_size) == (0, 2)
     assert env["MASTER_ADDR"] == "n1" and env["MASTER_PORT"] != "12345"
