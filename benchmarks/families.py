@@ -672,7 +672,10 @@ def clock(s: Settings, ctx: Context) -> Section:
         multirun=True,
         watch=True,
     )
-    by_seed = lambda timing: sorted(h.pick(runs, timing=timing), key=lambda r: r.config["seed"])  # noqa: E731
+
+    def by_seed(timing: str) -> list[h.Run]:
+        return sorted(h.pick(runs, timing=timing), key=lambda r: r.config["seed"])
+
     # An interval shorter than the watch's resolution reads as <= 0 s per step (seen in quick
     # mode, a few steps per epoch): not a time, left out.
     real = [[x for x in r.epoch_wall_step_s() if x > 0] for r in by_seed("real")]

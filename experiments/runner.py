@@ -509,14 +509,10 @@ def write_interruption(run_dir: Path, step: int, stopper: Stopper) -> None:
     job = ckpt.slurm_job() if stopper.requeue else None
     requeue = f"job {job} requeued" if job else None
     interrupted = {"signal": what, "step": step, "at": _now(), "requeue": requeue}
+    said = error + (f" ({requeue})" if requeue else "")
     # Records and message first: the requeue ends this job at once.
-    update_summary(
-        run_dir,
-        status="failed",
-        error=error + (f" ({requeue})" if requeue else ""),
-        interrupted=interrupted,
-    )
-    print(f"{run_dir}: {error}" + (f" ({requeue})" if requeue else ""), file=sys.stderr, flush=True)
+    update_summary(run_dir, status="failed", error=said, interrupted=interrupted)
+    print(f"{run_dir}: {said}", file=sys.stderr, flush=True)
     failure = ckpt.requeue_slurm_job(job) if job else None
     if failure:
         update_summary(
