@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.compare import run_values, series_label, varying_columns
+from analysis.compare import run_values, series_label, split_rows
 from analysis.load import TAU_LESS
 from experiments.errors import UserError
 
@@ -197,7 +197,9 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
         return frame[column].map(_text)
 
     algorithm = text("algorithm.name")
-    varying = [c for c in varying_columns(frame) if c not in ("algorithm.name", "tau")]
+    # The keys that keep the runs' configurations apart beyond (algorithm, tau), as the tables'
+    # rows: a knob of one algorithm that varies names a method, any other key a condition.
+    varying = split_rows(frame, ("algorithm.name", "tau")).added if len(frame) else []
     knobs = [c for c in varying if c.startswith("algorithm.")]
     conditions = [c for c in varying if not c.startswith("algorithm.")]
     values = {c: run_values(frame, c) for c in [*knobs, *conditions]}

@@ -310,17 +310,23 @@ def _legend(
     )
 
 
-def _seeds_note(counts: Sequence[int], what: str = "mean over seeds, band ±1 sd") -> str:
-    """ "mean over seeds, band ±1 sd (n = 3 seeds per line)", or "n = 1-3 ...; no band at n = 1"."""
+def _seeds_note(
+    counts: Sequence[int],
+    what: str = "mean over seeds, band ±1 sd",
+    unit: str = "line",
+    single: str = "no band at n = 1",
+) -> str:
+    """ "mean over seeds, band ±1 sd (n = 3 seeds per line)"; "(n = 1–3 seeds per line; no
+    band at n = 1)" when the counts differ; "one run per line (n = 1)" when every one is 1."""
     counts = [c for c in counts if c > 0]
     if not counts:
         return what
     low, high = min(counts), max(counts)
-    n = f"n = {low}" if low == high else f"n = {low}–{high}"
-    tail = "; no band at n = 1" if low == 1 < high else ""
     if high == 1:
-        return "one run per line (n = 1)"
-    return f"{what} ({n} seeds per line{tail})"
+        return f"one run per {unit} (n = 1)"
+    n = f"n = {low}" if low == high else f"n = {low}–{high}"
+    tail = f"; {single}" if low == 1 < high and single else ""
+    return f"{what} ({n} seeds per {unit}{tail})"
 
 
 # --- learning curves ----------------------------------------------------------------------------
@@ -510,7 +516,9 @@ def time_figure(
                 if r == len(panels) - 1:
                     ax.set_xlabel(time_axis_label(clock))
         _title(fig, data.drop_duplicates(units), layout, with_network=True)
-        note = _seeds_note(counts, "thin: each run; bold: mean over seeds per epoch")
+        note = _seeds_note(
+            counts, "thin: each run; bold: mean over seeds per epoch", single="no mean at n = 1"
+        )
         _legend(fig, order, palette, dashes, note, width)
     return fig
 
@@ -644,7 +652,7 @@ def breakdown_figure(frame: pd.DataFrame, rows: Sequence[str] | None = None) -> 
     runs = frame.drop_duplicates("run_dir") if "run_dir" in frame.columns else frame
     bars = sum(len(p) for p in per_panel)
     with _paper_style():
-        height = 0.22 * bars + 0.45 * len(panels) + 1.2
+        height = 0.17 * bars + 0.35 * len(panels) + 1.1
         fig = Figure(figsize=(COLUMN_WIDTH_IN, height), layout="constrained")
         ratios = [max(len(p), 1) for p in per_panel]
         axes = fig.subplots(len(panels), 1, sharex=True, squeeze=False, height_ratios=ratios)[:, 0]
@@ -665,7 +673,8 @@ def breakdown_figure(frame: pd.DataFrame, rows: Sequence[str] | None = None) -> 
             loc="outside lower center",
             ncol=2,
             frameon=False,
-            title="mean over seeds per epoch; % = exposed communication / compute",
+            title=_seeds_note(list(table["runs"]), "per epoch, mean over seeds", "bar", "")
+            + "\n% = exposed communication / compute",
         )
         _title(fig, runs, layout, with_network=True)
     return fig
@@ -688,7 +697,7 @@ def _bars(ax: Axes, rows: pd.DataFrame, palette: dict[str, str]) -> None:
             positions,
             values,
             left=left,
-            height=0.66,
+            height=0.7,
             color=colour,
             label=_segment_text(key, text, rows),
         )

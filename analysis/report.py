@@ -10,13 +10,26 @@ OUT_DIR, then prints the Markdown table and the figure paths. The table gains th
 computation ratio and the training time when the summaries carry them. Only completed and
 diverged runs count: a failed or still-running run has no final accuracy to report.
 
+Like with like: runs are pooled only over seeds. Rows are keyed by algorithm and tau and by every
+other configuration key that varies among the runs loaded (`analysis.compare.split_rows`; keys
+outside a run's identity, such as `out_root` or W&B settings, excepted); each such key becomes a
+row column, a note under the table names the keys the runs differ in, and the figures split
+their series and panels by the same keys. The tau-less methods pool over `tau`.
+
 With `--experiment` it reports one preset (`conf/experiment/<NAME>.yaml`): the runs whose
 `experiment_name` is NAME (and whose `scale.name` is SCALE), grouped by the preset's `report.rows`,
 with time to `report.target_acc`, bytes communicated and the comm/compute ratio; every point of
-the preset's sweep grid without a completed or diverged run is listed under the table. It writes
+the preset's sweep grid without a completed or diverged run is listed under the table. Runs that
+differ in a key `report.rows` does not name (a hand run with other epochs among the preset's) are
+not pooled either: the key is added as a row column, with one `warning:` line on stderr and a
+footnote naming it (adding, not refusing: the report still shows every result, apart). It writes
 `<NAME>.md`, `.tex`, `.csv` (and `scaling.*` for `report.kind: scaling`), the figures named in
-`report.figures` (accuracy, time, breakdown), `claims.md` (the checks named in `report.claims`)
-and `provenance.txt` (command, git commit, date), then prints the table, the claims and the paths.
+`report.figures` (accuracy, time, breakdown), `claims.md` (the checks named in `report.claims`,
+each with n, a confidence interval and its test: `analysis.claims`) and `provenance.txt`
+(command, git commit, date), then prints the table, the claims and the paths.
+
+A damaged run record (summary, config or metrics that cannot be read) is left out with one
+`warning:` line naming the file; the rest is reported.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Final accuracy as mean ± std over seeds, one row per (algorithm, tau), as Markdown and CSV.
+"""Final accuracy as mean ± std over seeds, one row per configuration (algorithm, tau and any
+other key that tells the runs apart: `analysis.compare.split_rows`), as Markdown, LaTeX and CSV.
 
 Accuracies stay fractions in [0, 1] as the contract writes them; the Markdown shows them that way
 too, so a number in a table and the same number in `summary.json` read alike.
@@ -63,7 +64,9 @@ def final_accuracy_table(
     results of the papers include divergent runs).
 
     Tau-less methods (`TAU_LESS`) show tau as "-" so their seeds form one row whatever tau their
-    configs hold. Rows are sorted by algorithm (contract order) then tau numerically.
+    configs hold. Rows are sorted by algorithm (contract order) then tau numerically. `rows` is
+    taken as given: `analysis.compare.split_rows` says which rows keep every configuration apart.
+    A `note` in `table.attrs` is printed under the Markdown table.
     """
     rows = list(rows)
     extra = list(extra)
