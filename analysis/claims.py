@@ -1,29 +1,53 @@
-"""The papers' claims, checked on the runs of a preset.
+"""The papers' claims, checked on the runs of a preset, with statistics.
 
 A preset's `report.claims` lists names from `CLAIMS`. Each check takes the runs (one row per run:
 `load_summaries` output, config + `summary.*` columns) and the report node, and returns a
-`ClaimResult`: `holds` True or False, or None when these runs cannot tell (a method or a metric
-the claim needs is missing), and the numbers that decide it as `evidence`.
+`ClaimResult`: holds (True), does not hold (False) or cannot tell (None), one line of evidence
+and one line per comparison it made (`details`).
 
-Shared rules: only completed and diverged runs count. An accuracy is the mean final test
-accuracy over a group's completed runs; a group whose runs all diverged ranks below every
-accuracy ("div."). "At every tau" means at every tau of the round-based methods where the
-compared methods both have runs; a tau-less method (`TAU_LESS`: sync SGD, PowerSGD,
-pseudo-sync) has one accuracy over all its runs and competes with it at every tau. Times and
-ratios are means over completed runs; "per epoch" divides a run's final cumulative value by its
-epochs.
+The rules, written into every `claims.md` (`METHOD`):
+
+- Sides. Only completed and diverged runs count. A side of a comparison is one method (the
+  algorithm and the knobs that vary within it, e.g. `powersgd (rank=4)`) under one condition:
+  like with like, so runs that differ in any other configuration key (`tau`, `compute.slowdown`,
+  `workers`, `network.name`, ...: `analysis.compare`) are never compared or pooled across it. A
+  tau-less method (`TAU_LESS`: sync SGD, PowerSGD, pseudo-sync) does not depend on `tau`, so its
+  runs meet the round-based methods at every tau. n = the runs on a side.
+- Tests. A difference of means: Welch's t-test (`scipy.stats.ttest_ind(equal_var=False)`) and its
+  95% confidence interval. A statistic that is not a mean (a ratio of means): a percentile
+  bootstrap (`scipy.stats.bootstrap`, 9999 resamples, fixed seed) and its 95% interval. The
+  verdict of a comparison against its threshold: holds when the whole interval lies on the
+  claimed side, does not hold when it lies wholly on the other side, cannot tell when it
+  straddles the threshold or a side has fewer than 2 runs. This is a two-sided test at
+  alpha = 0.05 (`ALPHA`).
+- Equivalence ("comparable accuracy"): TOST at alpha = 0.05, i.e. the 90% interval of the
+  difference: holds when it lies inside +-margin, does not hold when it lies wholly outside,
+  cannot tell otherwise.
+- Diverged runs rank below every accuracy: in an accuracy comparison a diverged run counts as
+  accuracy 0 (so a method that diverges on some seeds has a low mean and a wide interval, and
+  one whose runs all diverged loses to any that completed). Time and communication statistics
+  use completed runs only (a diverged run stopped early). Divergence itself is an event, not a
+  mean: "X diverges" is an observation (at least one run diverged), stated as such.
+- "At every tau" (and every condition): each cell as above, then combined: holds if every cell
+  holds, does not hold if one does not, cannot tell otherwise. "Holds" of a combination is an
+  intersection-union test at alpha; no correction is made for the several comparisons behind a
+  "does not hold".
 """
 
 from __future__ import annotations
 
 import math
+import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
+from scipy import stats
 
+from analysis.compare import run_values, series_label, split_rows
 from analysis.load import TAU_LESS
 from experiments.errors import UserError
 
@@ -31,45 +55,70 @@ OVERLAP, COCOD, EAMSGD = "overlap_local_sgd", "cocod_sgd", "eamsgd"
 SYNC, POWERSGD, PSEUDO = "sync_sgd", "powersgd", "pseudo_sync"
 OSP, LOSP = "osp", "losp"
 LOCAL_METHODS = ("local_sgd", OVERLAP)
+ALPHA = 0.05  # every claim's level
 # "much lower": CoCoD-SGD's accuracy this far below Overlap-Local-SGD's counts as a breakdown.
 COLLAPSE_MARGIN = 0.1
 # "far below": Overlap-Local-SGD's comm/compute ratio under this fraction of sync SGD's.
 FAR_BELOW = 0.2
-# "comparable": accuracies within this much of each other.
-COMPARABLE = 0.02
+# "comparable": accuracies within 1.5 points (algorithms.md section 8, pseudo-synchronous SGD).
+COMPARABLE = 0.015
+BOOTSTRAP_RESAMPLES = 9999
+BOOTSTRAP_SEED = 0  # a report regenerated from the same runs prints the same intervals
 FINISHED = ("completed", "diverged")
+
+METHOD = (
+    f"Each claim is tested at alpha = {ALPHA:g} on the completed and diverged runs of this "
+    "report. n = runs per side; a side is one method under one configuration (runs that differ "
+    "in anything but the seed are never pooled; tau-less methods meet the others at every tau). "
+    "Differences of means: Welch's t-test (scipy.stats.ttest_ind, equal_var=False) with its 95% "
+    "confidence interval; ratios of means: percentile bootstrap (scipy.stats.bootstrap, "
+    f"{BOOTSTRAP_RESAMPLES} resamples) with its 95% interval. A comparison holds when the whole "
+    "interval lies on the claimed side of its threshold, does not hold when it lies wholly on "
+    "the other side, and cannot tell when it straddles the threshold or a side has fewer than 2 "
+    "runs. Comparable accuracy is an equivalence test (TOST at alpha: the 90% interval of the "
+    "difference inside +-margin). A diverged run counts as accuracy 0 (below every accuracy); "
+    "times and ratios use completed runs only. A claim over several taus or conditions holds if "
+    "every one holds, does not hold if one does not, and cannot tell otherwise (no correction "
+    "for multiple comparisons)."
+)
 
 
 @dataclass(frozen=True)
 class ClaimResult:
-    """One checked claim: `holds` None means the runs cannot tell."""
+    """One checked claim: `holds` None means the runs cannot tell; `test` names the statistics
+    used; `details` holds one line per tau or condition."""
 
     name: str
     text: str
     holds: bool | None
     evidence: str
+    test: str = ""
+    details: tuple[str, ...] = field(default_factory=tuple)
 
     @property
     def verdict(self) -> str:
-        return {True: "holds", False: "does not hold", None: "cannot tell"}[self.holds]
+        return _VERDICTS[self.holds]
 
     def line(self) -> str:
         """ "holds: <text> (<name>). <evidence>" on one line."""
-        return f"{self.verdict}: {self.text} ({self.name}). {self.evidence}"
+        test = f" Test: {self.test}." if self.test else ""
+        return f"{self.verdict}: {self.text} ({self.name}). {self.evidence}.{test}"
 
+
+_VERDICTS = {True: "holds", False: "does not hold", None: "cannot tell"}
 
 Claim = Callable[[pd.DataFrame, dict], ClaimResult]
 CLAIMS: dict[str, Claim] = {}
 
 
-def claim(name: str, text: str) -> Callable[[Callable], Claim]:
-    """Register `check(runs, report) -> (holds, evidence)` as the claim `name` of `text`;
-    `runs` is the frame of `per_run`."""
+def claim(name: str, text: str, test: str) -> Callable[[Callable], Claim]:
+    """Register `check(runs, report) -> (holds, evidence, details)` as the claim `name` of
+    `text`, tested by `test`; `runs` is the frame of `per_run`."""
 
-    def register(check: Callable[[pd.DataFrame, dict], tuple[bool | None, str]]) -> Claim:
+    def register(check: Callable[[pd.DataFrame, dict], tuple]) -> Claim:
         def run(summaries: pd.DataFrame, report: dict) -> ClaimResult:
-            holds, evidence = check(per_run(summaries), dict(report or {}))
-            return ClaimResult(name, text, holds, evidence)
+            holds, evidence, details = check(per_run(summaries), dict(report or {}))
+            return ClaimResult(name, text, holds, evidence, test, tuple(details))
 
         run.__name__, run.__doc__ = check.__name__, f"{text}. {check.__doc__ or ''}".strip()
         CLAIMS[name] = run
@@ -98,11 +147,15 @@ def validate_claims(names: Iterable[str]) -> None:
 
 
 def claims_markdown(results: Sequence[ClaimResult], title: str | None = None) -> str:
-    """`claims.md`: a heading, then one line per claim (verdict, text, evidence)."""
-    lines = [f"# Claims: {title}" if title else "# Claims", ""]
+    """`claims.md`: a heading, the method, then per claim its verdict, text, evidence and test,
+    and one sub-item per tau or condition."""
+    lines = [f"# Claims: {title}" if title else "# Claims", "", METHOD, ""]
     if not results:
         lines.append("No claims listed in the preset's report node.")
-    lines += [f"- **{r.verdict}**: {r.text} (`{r.name}`). {r.evidence}" for r in results]
+    for r in results:
+        test = f" Test: {r.test}." if r.test else ""
+        lines.append(f"- **{r.verdict}**: {r.text} (`{r.name}`). {r.evidence}.{test}")
+        lines += [f"  - {detail}" for detail in r.details]
     return "\n".join(lines)
 
 
@@ -116,15 +169,21 @@ def write_claims(
     return path
 
 
+# --- the runs, per side -------------------------------------------------------------------------
+
+
 def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
-    """The finished runs in the few columns the claims use: `algorithm`, `tau` (NaN for tau-less
-    methods), `seed`, `workers`, `rank` (`algorithm.rank`), `slowdown` (`compute.slowdown` as
-    text), `diverged`, `acc` (final test accuracy; NaN unless completed), `ratio` (comm/compute),
-    `exposed_per_epoch`, `train_per_epoch` (NaN unless completed)."""
+    """The finished runs in the few columns the claims use: `method` (the algorithm and its
+    knobs that vary among the runs: `powersgd (rank=4)`), `algorithm`, `tau` (NaN for tau-less
+    methods), `condition` (the other configuration keys that vary, `slowdown=one_slow`; "" when
+    none), `seed`, `workers`, `slowdown` (`compute.slowdown` as text), `diverged`, `acc` (final
+    test accuracy of completed runs, 0 for diverged ones: see the module docstring), `ratio`
+    (comm/compute), `exposed_per_epoch`, `train_per_epoch` (NaN unless completed)."""
     frame = summaries.drop_duplicates("run_dir") if "run_dir" in summaries.columns else summaries
     frame = frame.reset_index(drop=True)
     status = frame.get("summary.status", pd.Series("completed", index=frame.index))
-    frame, status = frame[status.isin(FINISHED)], status[status.isin(FINISHED)]
+    keep = status.isin(FINISHED).to_numpy()
+    frame, status = frame[keep].reset_index(drop=True), status[keep].reset_index(drop=True)
     completed = status.eq("completed")
 
     def number(column: str) -> pd.Series:
@@ -138,20 +197,38 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
         return frame[column].map(_text)
 
     algorithm = text("algorithm.name")
+    # The keys that keep the runs' configurations apart beyond (algorithm, tau), as the tables'
+    # rows: a knob of one algorithm that varies names a method, any other key a condition.
+    varying = split_rows(frame, ("algorithm.name", "tau")).added if len(frame) else []
+    knobs = [c for c in varying if c.startswith("algorithm.")]
+    conditions = [c for c in varying if not c.startswith("algorithm.")]
+    values = {c: run_values(frame, c) for c in [*knobs, *conditions]}
+    method = [
+        None
+        if a is None
+        else series_label({"algorithm.name": a, **{c: values[c][i] for c in knobs}}, knobs)
+        for i, a in enumerate(algorithm)
+    ]
+    condition = [
+        series_label({c: values[c][i] for c in conditions}, conditions) if conditions else ""
+        for i in range(len(frame))
+    ]
     epochs = number("summary.epochs").fillna(number("epochs"))
     epochs = epochs.where(epochs > 0)
     compute, exposed = number("summary.time/compute_s"), number("summary.time/comm_exposed_s")
     ratio = number("summary.comm/ratio").fillna((exposed / compute).where(compute > 0))
+    acc = number("summary.final/test_acc").where(completed)
     return pd.DataFrame(
         {
+            "method": method,
             "algorithm": algorithm,
             "tau": number("tau").where(~algorithm.isin(TAU_LESS)),
+            "condition": condition,
             "seed": number("seed"),
             "workers": number("workers"),
-            "rank": number("algorithm.rank"),
             "slowdown": text("compute.slowdown"),
             "diverged": status.eq("diverged"),
-            "acc": number("summary.final/test_acc").where(completed),
+            "acc": acc.where(completed, 0.0),
             "ratio": ratio.where(completed),
             "exposed_per_epoch": (exposed / epochs).where(completed),
             "train_per_epoch": (number("summary.time/train_s") / epochs).where(completed),
@@ -159,289 +236,631 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
     ).reset_index(drop=True)
 
 
-# --- accuracy -----------------------------------------------------------------------------------
+@dataclass(frozen=True)
+class Cell:
+    """The runs of one condition at one tau (`tau` None: every tau together), tau-less methods'
+    runs included."""
+
+    name: str
+    runs: pd.DataFrame
+
+    def methods(self, algorithms: str | Sequence[str]) -> list[str]:
+        """The methods of these algorithms with runs here, in order."""
+        wanted = {algorithms} if isinstance(algorithms, str) else set(algorithms)
+        present = self.runs[self.runs["algorithm"].isin(wanted)]
+        return sorted(present["method"].dropna().unique())
+
+    def others(self, algorithms: str | Sequence[str]) -> list[str]:
+        wanted = {algorithms} if isinstance(algorithms, str) else set(algorithms)
+        rest = self.runs[~self.runs["algorithm"].isin(wanted)]
+        return sorted(rest["method"].dropna().unique())
+
+    def values(self, method: str, column: str) -> np.ndarray:
+        return self.runs.loc[self.runs["method"] == method, column].dropna().to_numpy(float)
+
+    def diverged(self, method: str) -> tuple[int, int]:
+        """(diverged runs, runs) of a method here."""
+        mine = self.runs[self.runs["method"] == method]
+        return int(mine["diverged"].sum()), len(mine)
+
+
+def cells(runs: pd.DataFrame, by_tau: bool = True) -> list[Cell]:
+    """One cell per condition (and per tau of the round-based methods, when `by_tau`), in
+    order. Without round-based runs, a condition is one cell."""
+    out = []
+    for condition in sorted(runs["condition"].unique()):
+        here = runs[runs["condition"] == condition]
+        taus = sorted(here["tau"].dropna().unique()) if by_tau else []
+        if not taus:
+            out.append(Cell(condition or "all runs", here))
+            continue
+        for tau in taus:
+            at = here[(here["tau"] == tau) | here["tau"].isna()]
+            name = ", ".join(p for p in (condition, _tau(tau)) if p)
+            out.append(Cell(name, at))
+    return out
+
+
+# --- statistics ---------------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
-class _Acc:
-    """A group's accuracy: mean over completed runs, their count, and its diverged runs."""
+class Comparison:
+    """One test: side a against side b, `estimate` (a - b, or a / b for a ratio) with its
+    interval [`low`, `high`] at `level`, `p` (None for a bootstrap), `holds` against
+    `threshold` in the claimed `direction` (+1: above it, -1: below it, 0: within +-threshold)."""
 
-    mean: float
-    n: int
-    diverged: int
+    a: str
+    b: str
+    a_values: tuple[float, ...]
+    b_values: tuple[float, ...]
+    estimate: float
+    low: float
+    high: float
+    level: float
+    p: float | None
+    threshold: float
+    direction: int
+    kind: str  # "diff" | "ratio" | "equivalence"
+    holds: bool | None
+    why: str = ""
 
     @property
-    def score(self) -> float:
-        # All diverged ranks below any accuracy.
-        return self.mean if self.n else -math.inf
+    def n_a(self) -> int:
+        return len(self.a_values)
 
-    def __str__(self) -> str:
-        if not self.n:
-            return "div."
-        return f"{self.mean:.3f}" + (f" ({self.diverged} div.)" if self.diverged else "")
+    @property
+    def n_b(self) -> int:
+        return len(self.b_values)
+
+    def text(self, unit: str = "acc") -> str:
+        """ "overlap_local_sgd 0.984 (n=3) vs local_sgd 0.981 (n=3): difference +0.003, 95% CI
+        [-0.006, +0.012], Welch p = 0.410" (`unit`: acc, ratio or s)."""
+        side_a = f"{self.a} {_value(_mean(self.a_values), unit)} (n={self.n_a})"
+        side_b = f"{self.b} {_value(_mean(self.b_values), unit)} (n={self.n_b})"
+        head = f"{side_a} vs {side_b}"
+        if self.why:
+            return f"{head}: {self.why}"
+        percent = f"{100 * self.level:g}%"
+        if self.kind == "ratio":
+            body = (
+                f"ratio {self.estimate:.3g}, {percent} bootstrap CI [{self.low:.3g}, "
+                f"{self.high:.3g}] vs {self.threshold:g}"
+            )
+        else:
+            body = (
+                f"difference {_signed(self.estimate, unit)}, {percent} CI "
+                f"[{_signed(self.low, unit)}, {_signed(self.high, unit)}]"
+            )
+            if self.kind == "equivalence":
+                body += f" vs margin ±{_value(self.threshold, unit)}, TOST p {_p(self.p)}"
+            else:
+                against = f" vs {_signed(self.threshold, unit)}" if self.threshold else ""
+                body += f"{against}, Welch p {_p(self.p)}"
+        return f"{head}: {body}"
+
+    def verdict_text(self, unit: str = "acc") -> str:
+        """ "cannot tell: <text>"."""
+        return f"{_VERDICTS[self.holds]}: {self.text(unit)}"
 
 
-def _accuracies(runs: pd.DataFrame, by: Sequence[str]) -> dict[tuple, _Acc]:
-    result = {}
-    for key, group in runs.groupby(list(by), sort=True, dropna=False):
-        key = key if isinstance(key, tuple) else (key,)
-        values = group["acc"].dropna()
-        mean = float(values.mean()) if len(values) else math.nan
-        result[key] = _Acc(mean, len(values), int(group["diverged"].sum()))
-    return result
+def welch(
+    a: str,
+    a_values: Sequence[float],
+    b: str,
+    b_values: Sequence[float],
+    threshold: float = 0.0,
+    direction: int = 1,
+) -> Comparison:
+    """Is mean(a) - mean(b) above `threshold` (`direction` +1) or below it (-1)? Welch's
+    t-test of the difference against the threshold, its 95% interval, and the verdict."""
+    a_values, b_values = _floats(a_values), _floats(b_values)
+    base = dict(a=a, b=b, a_values=a_values, b_values=b_values, threshold=threshold)
+    base |= dict(direction=direction, kind="diff", level=1 - ALPHA)
+    if len(a_values) < 2 or len(b_values) < 2:
+        return _undecided(base, _diff(a_values, b_values), "n < 2 on a side")
+    low, high, p = _welch_interval(a_values, b_values, threshold, 1 - ALPHA)
+    estimate = _diff(a_values, b_values)
+    return Comparison(
+        **base,
+        estimate=estimate,
+        low=low,
+        high=high,
+        p=p,
+        holds=_side(low, high, threshold, direction),
+    )
 
 
-def _round_based(runs: pd.DataFrame) -> pd.DataFrame:
-    return runs[runs["tau"].notna() & runs["algorithm"].notna()]
+def equivalent(
+    a: str, a_values: Sequence[float], b: str, b_values: Sequence[float], margin: float
+) -> Comparison:
+    """Is |mean(a) - mean(b)| within `margin`? TOST at ALPHA: the (1 - 2 alpha) interval of the
+    difference inside (-margin, margin) holds, wholly outside does not, else cannot tell."""
+    a_values, b_values = _floats(a_values), _floats(b_values)
+    base = dict(a=a, b=b, a_values=a_values, b_values=b_values, threshold=margin)
+    base |= dict(direction=0, kind="equivalence", level=1 - 2 * ALPHA)
+    if len(a_values) < 2 or len(b_values) < 2:
+        return _undecided(base, _diff(a_values, b_values), "n < 2 on a side")
+    low, high, _ = _welch_interval(a_values, b_values, 0.0, 1 - 2 * ALPHA)
+    # TOST's p: the larger of the two one-sided p-values (against -margin and +margin).
+    _, _, p_low = _welch_interval(a_values, b_values, -margin, 1 - 2 * ALPHA, "greater")
+    _, _, p_high = _welch_interval(a_values, b_values, margin, 1 - 2 * ALPHA, "less")
+    if -margin < low and high < margin:
+        holds: bool | None = True
+    elif low > margin or high < -margin:
+        holds = False
+    else:
+        holds = None
+    return Comparison(
+        **base,
+        estimate=_diff(a_values, b_values),
+        low=low,
+        high=high,
+        p=max(p_low, p_high),
+        holds=holds,
+    )
 
 
-def _by_tau(runs: pd.DataFrame) -> dict[float, dict[str, _Acc]]:
-    """tau -> algorithm -> accuracy: the round-based methods at their taus, each tau-less method
-    at every one of those taus."""
-    table: dict[float, dict[str, _Acc]] = {}
-    for (tau, algorithm), acc in _accuracies(_round_based(runs), ["tau", "algorithm"]).items():
-        table.setdefault(tau, {})[algorithm] = acc
-    tau_less = runs[runs["tau"].isna() & runs["algorithm"].notna()]
-    for (algorithm,), acc in _accuracies(tau_less, ["algorithm"]).items():
-        for methods in table.values():
-            methods[algorithm] = acc
-    return dict(sorted(table.items()))
+def ratio_below(
+    a: str, a_values: Sequence[float], b: str, b_values: Sequence[float], threshold: float
+) -> Comparison:
+    """Is mean(a) / mean(b) below `threshold`? A percentile bootstrap of the ratio of means
+    (the two sides resampled independently), its 95% interval, and the verdict."""
+    a_values, b_values = _floats(a_values), _floats(b_values)
+    base = dict(a=a, b=b, a_values=a_values, b_values=b_values, threshold=threshold)
+    base |= dict(direction=-1, kind="ratio", level=1 - ALPHA, p=None)
+    mean_b = _mean(b_values)
+    estimate = _mean(a_values) / mean_b if mean_b else math.nan
+    if len(a_values) < 2 or len(b_values) < 2:
+        return _undecided(base, estimate, "n < 2 on a side")
+    if not min(b_values) > 0:
+        return _undecided(base, estimate, f"{b} has a zero value: no ratio")
+
+    def ratio(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
+        return np.mean(x, axis=axis) / np.mean(y, axis=axis)
+
+    if np.ptp(a_values) == 0 and np.ptp(b_values) == 0:
+        low = high = estimate  # no spread to resample
+    else:
+        result = stats.bootstrap(
+            (np.array(a_values), np.array(b_values)),
+            ratio,
+            paired=False,
+            vectorized=True,
+            n_resamples=BOOTSTRAP_RESAMPLES,
+            confidence_level=1 - ALPHA,
+            method="percentile",
+            rng=np.random.default_rng(BOOTSTRAP_SEED),
+        )
+        low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
+    return Comparison(
+        **base, estimate=estimate, low=low, high=high, holds=_side(low, high, threshold, -1)
+    )
 
 
-def _missing(name: str, what: str = "run") -> tuple[None, str]:
-    return None, f"no completed or diverged {name} {what}"
+def _undecided(base: dict, estimate: float, why: str) -> Comparison:
+    return Comparison(
+        **{"p": None, **base}, estimate=estimate, low=math.nan, high=math.nan, holds=None, why=why
+    )
+
+
+def combine(verdicts: Iterable[bool | None]) -> bool | None:
+    """Holds if every one holds, does not hold if one does not, cannot tell otherwise (and
+    cannot tell for none at all)."""
+    verdicts = list(verdicts)
+    if any(v is False for v in verdicts):
+        return False
+    return True if verdicts and all(v is True for v in verdicts) else None
+
+
+def _welch_interval(
+    a: Sequence[float],
+    b: Sequence[float],
+    threshold: float,
+    level: float,
+    alternative: str = "two-sided",
+) -> tuple[float, float, float]:
+    """Interval of mean(a) - mean(b) at `level`, and Welch's p for difference = threshold."""
+    a, b = np.asarray(a, float), np.asarray(b, float)
+    difference = float(a.mean() - b.mean())
+    if np.ptp(a) == 0 and np.ptp(b) == 0:
+        # No spread on either side (e.g. every run diverged, or identical results): the
+        # difference is exact; scipy's t would be 0/0.
+        if alternative == "two-sided":
+            p = 1.0 if difference == threshold else 0.0
+        elif alternative == "greater":
+            p = 0.0 if difference > threshold else 1.0
+        else:
+            p = 0.0 if difference < threshold else 1.0
+        return difference, difference, p
+    with warnings.catch_warnings():
+        # One side without spread (identical seeds) makes scipy warn of "catastrophic
+        # cancellation" in its variance; that variance is 0, which is what Welch then uses.
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = stats.ttest_ind(a, b + threshold, equal_var=False, alternative=alternative)
+        interval = stats.ttest_ind(a, b, equal_var=False).confidence_interval(level)
+    return float(interval.low), float(interval.high), float(result.pvalue)
+
+
+def _side(low: float, high: float, threshold: float, direction: int) -> bool | None:
+    if direction > 0:
+        return True if low > threshold else False if high < threshold else None
+    return True if high < threshold else False if low > threshold else None
+
+
+def _floats(values: Sequence[float]) -> tuple[float, ...]:
+    return tuple(float(v) for v in values if v is not None and not math.isnan(float(v)))
+
+
+def _mean(values: Sequence[float]) -> float:
+    return float(np.mean(values)) if len(values) else math.nan
+
+
+def _diff(a: Sequence[float], b: Sequence[float]) -> float:
+    return _mean(a) - _mean(b)
+
+
+def _value(value: float, unit: str) -> str:
+    if value is None or math.isnan(value):
+        return "–"
+    if unit == "acc":
+        return f"{value:.3f}"
+    if unit == "ratio":
+        return f"{100 * value:.1f}%"
+    return f"{value:.3g} s"
+
+
+def _signed(value: float, unit: str) -> str:
+    if value is None or math.isnan(value):
+        return "–"
+    if unit == "acc":
+        return f"{value:+.3f}"
+    return f"{value:+.3g}" + (" s" if unit == "s" else "")
+
+
+def _p(p: float | None) -> str:
+    if p is None or math.isnan(p):
+        return "–"
+    return "< 0.001" if p < 0.001 else f"= {p:.3f}"
 
 
 def _tau(tau: float) -> str:
     return f"tau={int(tau)}" if float(tau).is_integer() else f"tau={tau:g}"
 
 
-def _verdict(decided: list[bool], undecided: int) -> bool | None:
-    if not all(decided):
-        return False
-    return True if decided and not undecided else None
+def _diverged_note(cell: Cell, method: str) -> str:
+    diverged, runs = cell.diverged(method)
+    return f" ({diverged}/{runs} diverged, as 0)" if diverged else ""
+
+
+def _worst_first(comparisons: Sequence[Comparison]) -> Comparison:
+    """The comparison that decides a combination: the first that does not hold, else the first
+    that cannot tell, else the first."""
+    for wanted in (False, None):
+        for c in comparisons:
+            if c.holds is wanted:
+                return c
+    return comparisons[0]
+
+
+def _summary(verdicts: Sequence[bool | None], what: str = "taus") -> str:
+    """ "4 taus: holds 3, cannot tell 1"."""
+    counts = {v: sum(1 for x in verdicts if x is v) for v in (True, False, None)}
+    parts = [f"{_VERDICTS[v]} {counts[v]}" for v in (True, False, None) if counts[v]]
+    if not verdicts:
+        return f"no {what}"
+    name = what.removesuffix("s") if len(verdicts) == 1 else what
+    return f"{len(verdicts)} {name}: " + ", ".join(parts)
+
+
+def _cell_line(
+    cell: Cell, shown: Comparison, verdict: bool | None, others: str = "", unit: str = "acc"
+) -> str:
+    return f"{cell.name}: {_VERDICTS[verdict]}: {shown.text(unit)}{others}"
+
+
+def _others(comparisons: Sequence[Comparison]) -> str:
+    """ " [4 comparisons: holds 3, cannot tell 1]" when a cell made more than one."""
+    if len(comparisons) < 2:
+        return ""
+    return " [" + _summary([c.holds for c in comparisons], "comparisons") + "]"
+
+
+def _missing(name: str, what: str = "run") -> tuple[None, str, list[str]]:
+    return None, f"no completed or diverged {name} {what}", []
+
+
+# --- the claims ---------------------------------------------------------------------------------
+
+
+def _best_or_worst(runs: pd.DataFrame, subject: str, best: bool) -> tuple:
+    """Per cell: the subject's methods against every other method (subject above each for
+    `best`, below each otherwise); the line shows the closest rival by mean."""
+    if not (runs["algorithm"] == subject).any():
+        return _missing(subject)
+    verdicts, details = [], []
+    for cell in cells(runs):
+        mine, rivals = cell.methods(subject), cell.others(subject)
+        if not mine or not rivals:
+            verdicts.append(None)
+            what = subject if not mine else "other method"
+            details.append(f"{cell.name}: cannot tell: no {what}")
+            continue
+        comparisons = []
+        for method in mine:
+            # the closest rival first: the highest mean for "best", the lowest for "worst"
+            ordered = sorted(rivals, key=lambda o: _mean(cell.values(o, "acc")), reverse=best)
+            for other in ordered:
+                sides = [
+                    (f"{m}{_diverged_note(cell, m)}", cell.values(m, "acc"))
+                    for m in ((method, other) if best else (other, method))
+                ]
+                comparisons.append(welch(*sides[0], *sides[1]))
+        verdict = combine(c.holds for c in comparisons)
+        shown = _worst_first(comparisons) if verdict is not True else comparisons[0]
+        tail = _others(comparisons)
+        verdicts.append(verdict)
+        details.append(_cell_line(cell, shown, verdict, tail))
+    return combine(verdicts), _summary(verdicts), details
 
 
 @claim(
     "overlap_best_at_every_tau",
     "Overlap-Local-SGD has the best accuracy at every tau",
+    "Welch's t-test of the accuracy difference to each other method, per tau",
 )
-def overlap_best_at_every_tau(runs: pd.DataFrame, report: dict) -> tuple[bool | None, str]:
-    """Among the methods present, at each tau; a tie counts as best."""
-    by_tau = _by_tau(runs)
-    if not any(OVERLAP in methods for methods in by_tau.values()):
-        return _missing(OVERLAP)
-    decided, undecided, parts = [], 0, []
-    for tau, methods in by_tau.items():
-        others = {a: acc for a, acc in methods.items() if a != OVERLAP}
-        if OVERLAP not in methods or not others:
-            undecided += 1
-            parts.append(f"{_tau(tau)}: no {OVERLAP if OVERLAP not in methods else 'other method'}")
-            continue
-        best = max(methods, key=lambda a: (methods[a].score, a == OVERLAP))
-        other = max(others, key=lambda a: others[a].score)
-        decided.append(methods[OVERLAP].score >= others[other].score)
-        parts.append(
-            f"{_tau(tau)}: best {best} {methods[best]}; {OVERLAP} {methods[OVERLAP]} vs best "
-            f"other {other} {others[other]}"
-        )
-    return _verdict(decided, undecided), "; ".join(parts)
+def overlap_best_at_every_tau(runs: pd.DataFrame, report: dict) -> tuple:
+    """At each tau, Overlap-Local-SGD's mean final accuracy above every other method's."""
+    return _best_or_worst(runs, OVERLAP, best=True)
 
 
-@claim("eamsgd_worst", "EAMSGD is the worst method")
-def eamsgd_worst(runs: pd.DataFrame, report: dict) -> tuple[bool | None, str]:
-    """Lowest accuracy among the methods present at every tau; failing that, the lowest mean
-    final accuracy over the completed runs at those taus, which the evidence then says."""
-    by_tau = _by_tau(runs)
-    taus = [t for t, methods in by_tau.items() if EAMSGD in methods and len(methods) > 1]
-    if not any(EAMSGD in methods for methods in by_tau.values()):
-        return _missing(EAMSGD)
-    if not taus:
-        return None, f"no tau with {EAMSGD} and another method"
-    worst_at, parts = [], []
-    for tau in taus:
-        methods = by_tau[tau]
-        others = {a: acc for a, acc in methods.items() if a != EAMSGD}
-        lowest = min(others, key=lambda a: others[a].score)
-        worst_at.append(methods[EAMSGD].score <= others[lowest].score)
-        parts.append(
-            f"{_tau(tau)}: {EAMSGD} {methods[EAMSGD]} vs next-lowest {lowest} {others[lowest]}"
-        )
-    if all(worst_at):
-        return True, "lowest at every tau: " + "; ".join(parts)
-    counted = runs[runs["tau"].isin(taus) | runs["tau"].isna()]
-    overall = counted.groupby("algorithm")["acc"].mean().dropna()
-    where = ", ".join(_tau(t) for t, w in zip(taus, worst_at, strict=True) if not w)
-    if EAMSGD not in overall or len(overall) < 2:
-        return False, f"not lowest at {where}: " + "; ".join(parts)
-    others = overall.drop(EAMSGD)
-    lowest = others.idxmin()
-    mean_text = (
-        f"mean over {', '.join(_tau(t) for t in taus)}: {EAMSGD} {overall[EAMSGD]:.3f} vs "
-        f"next-lowest {lowest} {others[lowest]:.3f}"
-    )
-    if overall[EAMSGD] <= others[lowest]:
-        return True, f"lowest on the mean over tau ({mean_text}), not at {where}; " + "; ".join(
-            parts
-        )
-    return False, f"not lowest at {where}, nor on the mean ({mean_text}); " + "; ".join(parts)
+@claim(
+    "eamsgd_worst",
+    "EAMSGD is the worst method",
+    "Welch's t-test of each other method's accuracy above EAMSGD's, per tau",
+)
+def eamsgd_worst(runs: pd.DataFrame, report: dict) -> tuple:
+    """At each tau, EAMSGD's mean final accuracy below every other method's."""
+    return _best_or_worst(runs, EAMSGD, best=False)
 
 
 @claim(
     "cocod_diverges_at_large_tau_overlap_does_not",
     "CoCoD-SGD diverges at large tau in non-IID while Overlap-Local-SGD does not",
+    "divergence observed (an event, not a mean); otherwise Welch's t-test of Overlap-Local-SGD's "
+    f"accuracy more than {COLLAPSE_MARGIN:g} above CoCoD-SGD's",
 )
-def cocod_diverges_at_large_tau(runs: pd.DataFrame, report: dict) -> tuple[bool | None, str]:
-    """At the largest tau of the round-based runs: CoCoD-SGD has a diverged run or an accuracy
-    more than COLLAPSE_MARGIN below Overlap-Local-SGD's, and Overlap-Local-SGD no diverged run."""
-    local = _round_based(runs)
+def cocod_diverges_at_large_tau(runs: pd.DataFrame, report: dict) -> tuple:
+    """At the largest tau of the round-based runs, per condition: Overlap-Local-SGD diverged on
+    no run and CoCoD-SGD diverged on at least one, or (no divergence) its accuracy lies more
+    than COLLAPSE_MARGIN below Overlap-Local-SGD's."""
+    local = runs[runs["tau"].notna()]
     if local.empty:
-        return None, "no round-based run with a tau"
+        return None, "no round-based run with a tau", []
     tau = float(local["tau"].max())
-    at = _accuracies(local[local["tau"] == tau], ["algorithm"])
-    for name in (COCOD, OVERLAP):
-        if (name,) not in at:
-            return None, f"no completed or diverged {name} run at the largest {_tau(tau)}"
-    cocod, overlap = at[(COCOD,)], at[(OVERLAP,)]
-    runs_of = {a: acc.n + acc.diverged for (a,), acc in at.items()}
+    verdicts, details = [], []
+    for cell in cells(runs[(runs["tau"] == tau) | runs["tau"].isna()]):
+        cocods, overlaps = cell.methods(COCOD), cell.methods(OVERLAP)
+        if not cocods or not overlaps:
+            missing = COCOD if not cocods else OVERLAP
+            verdicts.append(None)
+            details.append(f"{cell.name}: cannot tell: no {missing} run at the largest tau")
+            continue
+        for cocod in cocods:
+            for overlap in overlaps:
+                verdict, line = _collapse(cell, cocod, overlap)
+                verdicts.append(verdict)
+                details.append(f"{cell.name}: {_VERDICTS[verdict]}: {line}")
+    if not verdicts:
+        return None, f"no {COCOD} or {OVERLAP} run at the largest {_tau(tau)}", []
+    return combine(verdicts), f"largest {_tau(tau)}; " + _summary(verdicts, "cells"), details
 
-    def said(name: str, acc: _Acc) -> str:
-        accuracy = f", accuracy {acc.mean:.3f}" if acc.n else ""
-        return f"{name} {acc.diverged}/{runs_of[name]} diverged{accuracy}"
 
-    collapsed = cocod.diverged > 0 or (
-        overlap.n > 0 and cocod.n > 0 and cocod.mean < overlap.mean - COLLAPSE_MARGIN
+def _collapse(cell: Cell, cocod: str, overlap: str) -> tuple[bool | None, str]:
+    (c_div, c_runs), (o_div, o_runs) = cell.diverged(cocod), cell.diverged(overlap)
+    said = f"{cocod} {c_div}/{c_runs} diverged, {overlap} {o_div}/{o_runs} diverged"
+    if c_runs < 2 or o_runs < 2:
+        return None, f"{said}; n < 2 on a side"
+    if o_div:
+        return False, f"{said} (observed)"
+    if c_div:
+        return True, f"{said} (observed)"
+    c = welch(
+        overlap,
+        cell.values(overlap, "acc"),
+        cocod,
+        cell.values(cocod, "acc"),
+        threshold=COLLAPSE_MARGIN,
     )
-    holds = collapsed and overlap.diverged == 0
-    return holds, f"largest {_tau(tau)}: {said(COCOD, cocod)}; {said(OVERLAP, overlap)}"
+    return c.holds, f"{said}; accuracy gap: {c.text()}"
 
 
 @claim(
     "overlap_ratio_far_below_sync",
     "Overlap-Local-SGD's communication-to-computation ratio is far below sync SGD's",
+    f"bootstrap of the ratio of mean comm/compute ratios against {FAR_BELOW:g}, per tau",
 )
-def overlap_ratio_far_below_sync(runs: pd.DataFrame, report: dict) -> tuple[bool | None, str]:
-    """At every tau, Overlap-Local-SGD's mean final comm/ratio < FAR_BELOW x sync SGD's."""
-    sync = runs.loc[runs["algorithm"] == SYNC, "ratio"].dropna()
-    overlap = runs[(runs["algorithm"] == OVERLAP) & runs["ratio"].notna()]
-    if sync.empty:
+def overlap_ratio_far_below_sync(runs: pd.DataFrame, report: dict) -> tuple:
+    """At every tau, Overlap-Local-SGD's mean final comm/ratio under FAR_BELOW x sync SGD's."""
+    timed = runs[runs["ratio"].notna()]
+    if not (timed["algorithm"] == SYNC).any():
         return _missing(SYNC, "run with a comm/compute ratio")
-    if overlap.empty:
+    if not (timed["algorithm"] == OVERLAP).any():
         return _missing(OVERLAP, "run with a comm/compute ratio")
-    reference = float(sync.mean())
-    decided, parts = [], []
-    for tau, group in overlap.groupby("tau", dropna=False):
-        ratio = float(group["ratio"].mean())
-        decided.append(ratio < FAR_BELOW * reference)
-        times = f"{ratio / reference:.2f}x" if reference > 0 else "n/a"
-        where = f" at {_tau(tau)}" if pd.notna(tau) else ""
-        parts.append(f"{OVERLAP}{where} {100 * ratio:.1f}% ({times})")
-    evidence = f"{SYNC} {100 * reference:.1f}%; " + "; ".join(parts)
-    return all(decided), f"{evidence}; far below = under {FAR_BELOW:g}x"
+    verdicts, details = [], []
+    for cell in cells(timed):
+        syncs, overlaps = cell.methods(SYNC), cell.methods(OVERLAP)
+        if not syncs or not overlaps:
+            verdicts.append(None)
+            details.append(f"{cell.name}: cannot tell: no {SYNC if not syncs else OVERLAP}")
+            continue
+        for sync in syncs:
+            for overlap in overlaps:
+                c = ratio_below(
+                    overlap,
+                    cell.values(overlap, "ratio"),
+                    sync,
+                    cell.values(sync, "ratio"),
+                    FAR_BELOW,
+                )
+                verdicts.append(c.holds)
+                details.append(f"{cell.name}: {c.verdict_text('ratio')}")
+    evidence = _summary(verdicts, "cells") + f"; far below = under {FAR_BELOW:g}x"
+    return combine(verdicts), evidence, details
 
 
 @claim(
     "powersgd_exposed_above_local_methods",
     "PowerSGD's exposed communication stays above the Local-SGD methods'",
+    "Welch's t-test of each PowerSGD rank's exposed communication per epoch above each "
+    "Local-SGD method's at each tau",
 )
-def powersgd_exposed_above_local(runs: pd.DataFrame, report: dict) -> tuple[bool | None, str]:
-    """Exposed communication per epoch: PowerSGD's lowest over its ranks above the highest of
-    Local SGD and Overlap-Local-SGD over their taus."""
+def powersgd_exposed_above_local(runs: pd.DataFrame, report: dict) -> tuple:
+    """Exposed communication per epoch: every PowerSGD rank above every Local SGD and
+    Overlap-Local-SGD setting, per condition."""
     timed = runs[runs["exposed_per_epoch"].notna()]
-    power = timed[timed["algorithm"] == POWERSGD]
-    local = timed[timed["algorithm"].isin(LOCAL_METHODS)]
-    if power.empty:
+    if not (timed["algorithm"] == POWERSGD).any():
         return _missing(POWERSGD, "run with exposed communication")
-    if local.empty:
+    if not timed["algorithm"].isin(LOCAL_METHODS).any():
         return _missing(" or ".join(LOCAL_METHODS), "run with exposed communication")
-    by_rank = power.groupby("rank", dropna=False)["exposed_per_epoch"].mean()
-    low_rank = by_rank.idxmin()
-    low = float(by_rank.min())
-    by_method = local.groupby(["algorithm", "tau"], dropna=False)["exposed_per_epoch"].mean()
-    (high_method, high_tau), high = by_method.idxmax(), float(by_method.max())
-    rank = f" (rank {int(low_rank)})" if pd.notna(low_rank) else ""
-    where = f" {_tau(high_tau)}" if pd.notna(high_tau) else ""
-    evidence = (
-        f"{POWERSGD} lowest {low:.3g} s/epoch{rank}; local methods highest {high:.3g} s/epoch "
-        f"({high_method}{where})"
-    )
-    return low > high, evidence
+    verdicts, details = [], []
+    for cell in cells(timed, by_tau=False):
+        powers = cell.methods(POWERSGD)
+        locals_ = [
+            (m, tau)
+            for (m, tau), _ in cell.runs[cell.runs["algorithm"].isin(LOCAL_METHODS)].groupby(
+                ["method", "tau"], dropna=False
+            )
+        ]
+        if not powers or not locals_:
+            verdicts.append(None)
+            details.append(f"{cell.name}: cannot tell: no {POWERSGD if not powers else 'local'}")
+            continue
+
+        comparisons = []
+        powers = sorted(powers, key=lambda p: _mean(_exposed(cell, p)))
+        locals_ = sorted(locals_, key=lambda mt: -_mean(_exposed(cell, *mt)))
+        for power in powers:
+            for method, tau in locals_:
+                name = f"{method} {_tau(tau)}" if pd.notna(tau) else method
+                comparisons.append(
+                    welch(power, _exposed(cell, power), name, _exposed(cell, method, tau))
+                )
+        verdict = combine(c.holds for c in comparisons)
+        shown = _worst_first(comparisons) if verdict is not True else comparisons[0]
+        tail = _others(comparisons)
+        verdicts.append(verdict)
+        details.append(_cell_line(cell, shown, verdict, tail, "s"))
+    return combine(verdicts), _summary(verdicts, "conditions"), details
 
 
-@claim("losp_beats_osp", "LOSP reaches higher accuracy than OSP")
-def losp_beats_osp(runs: pd.DataFrame, report: dict) -> tuple[bool | None, str]:
-    """At every tau where both ran, LOSP's mean final accuracy (over seeds and slowdowns) is
-    above OSP's."""
-    by_tau = _by_tau(runs)
-    both = {t: m for t, m in by_tau.items() if OSP in m and LOSP in m}
-    if not both:
-        present = {a for m in by_tau.values() for a in m}
-        if OSP not in present or LOSP not in present:
-            return _missing(OSP if OSP not in present else LOSP)
-        return None, f"no tau with both {OSP} and {LOSP}"
-    decided, parts = [], []
-    for tau, methods in both.items():
-        decided.append(methods[LOSP].score > methods[OSP].score)
-        parts.append(f"{_tau(tau)}: {LOSP} {methods[LOSP]} vs {OSP} {methods[OSP]}")
-    undecided = sum(1 for m in by_tau.values() if (OSP in m) != (LOSP in m))
-    return _verdict(decided, undecided), "; ".join(parts)
+@claim(
+    "losp_beats_osp",
+    "LOSP reaches higher accuracy than OSP",
+    "Welch's t-test of the accuracy difference, per tau and slowdown",
+)
+def losp_beats_osp(runs: pd.DataFrame, report: dict) -> tuple:
+    """At every tau and condition (slowdown) where both ran, LOSP's mean final accuracy above
+    OSP's."""
+    for name in (OSP, LOSP):
+        if not (runs["algorithm"] == name).any():
+            return _missing(name)
+    verdicts, details = [], []
+    for cell in cells(runs):
+        losps, osps = cell.methods(LOSP), cell.methods(OSP)
+        if not losps or not osps:
+            verdicts.append(None)
+            details.append(f"{cell.name}: cannot tell: no {LOSP if not losps else OSP}")
+            continue
+        for losp in losps:
+            for osp in osps:
+                c = welch(
+                    f"{losp}{_diverged_note(cell, losp)}",
+                    cell.values(losp, "acc"),
+                    f"{osp}{_diverged_note(cell, osp)}",
+                    cell.values(osp, "acc"),
+                )
+                verdicts.append(c.holds)
+                details.append(f"{cell.name}: {c.verdict_text()}")
+    return combine(verdicts), _summary(verdicts, "cells"), details
 
 
 @claim(
     "osp_losp_faster_than_sync_under_heterogeneity",
     "OSP/LOSP train faster than sync SGD with heterogeneous workers",
+    "Welch's t-test of sync SGD's training time per epoch above OSP's and LOSP's, per slowdown "
+    "and tau",
 )
-def osp_losp_faster_than_sync(runs: pd.DataFrame, report: dict) -> tuple[bool | None, str]:
-    """Per heterogeneous `compute.slowdown` (anything but none): OSP's and LOSP's mean training
-    time per epoch below sync SGD's."""
+def osp_losp_faster_than_sync(runs: pd.DataFrame, report: dict) -> tuple:
+    """Per heterogeneous `compute.slowdown` (anything but none) and tau: OSP's and LOSP's mean
+    training time per epoch below sync SGD's."""
     timed = runs[runs["train_per_epoch"].notna() & runs["slowdown"].notna()]
     hetero = timed[~timed["slowdown"].isin(("none", "None"))]
     if hetero.empty:
         return (
             None,
             "no completed run with heterogeneous workers (compute.slowdown other than none)",
+            [],
         )
-    decided, undecided, parts = [], 0, []
-    for slowdown, group in hetero.groupby("slowdown", sort=True):
-        means = group.groupby("algorithm")["train_per_epoch"].mean()
-        fast = [a for a in (OSP, LOSP) if a in means]
-        if SYNC not in means or not fast:
-            undecided += 1
-            parts.append(f"{slowdown}: no {SYNC if SYNC not in means else f'{OSP} or {LOSP}'}")
+    verdicts, details = [], []
+    for cell in cells(hetero):
+        syncs, fast = cell.methods(SYNC), cell.methods((OSP, LOSP))
+        if not syncs or not fast:
+            verdicts.append(None)
+            details.append(f"{cell.name}: cannot tell: no {SYNC if not syncs else 'osp or losp'}")
             continue
-        decided += [bool(means[a] < means[SYNC]) for a in fast]
-        times = ", ".join(f"{a} {means[a]:.3g}" for a in fast)
-        parts.append(f"{slowdown}: {SYNC} {means[SYNC]:.3g} s/epoch, {times}")
-    return _verdict(decided, undecided), "; ".join(parts)
+        for sync in syncs:
+            for method in fast:
+                c = welch(
+                    sync,
+                    cell.values(sync, "train_per_epoch"),
+                    method,
+                    cell.values(method, "train_per_epoch"),
+                )
+                verdicts.append(c.holds)
+                details.append(f"{cell.name}: {c.verdict_text('s')}")
+    return combine(verdicts), _summary(verdicts, "cells"), details
 
 
 @claim(
     "pseudo_sync_matches_sync",
     "Pseudo-synchronous SGD reaches accuracy comparable to synchronous SGD",
+    f"equivalence (TOST, 90% CI within ±{COMPARABLE:g}) of the accuracy difference, per worker "
+    "count",
 )
-def pseudo_sync_matches_sync(runs: pd.DataFrame, report: dict) -> tuple[bool | None, str]:
-    """Mean final accuracies within COMPARABLE, at every worker count where both ran."""
-    at = _accuracies(runs[runs["algorithm"].isin((PSEUDO, SYNC))], ["workers", "algorithm"])
-    by_m: dict[float, dict[str, _Acc]] = {}
-    for (m, algorithm), acc in at.items():
-        by_m.setdefault(m, {})[algorithm] = acc
-    both = {m: a for m, a in by_m.items() if PSEUDO in a and SYNC in a}
-    if not both:
-        present = {a for methods in by_m.values() for a in methods}
-        if PSEUDO not in present or SYNC not in present:
-            return _missing(PSEUDO if PSEUDO not in present else SYNC)
-        return None, f"no worker count with both {PSEUDO} and {SYNC}"
-    decided, parts = [], []
-    for m, methods in both.items():
-        pseudo, sync = methods[PSEUDO], methods[SYNC]
-        close = pseudo.n > 0 and sync.n > 0 and abs(pseudo.mean - sync.mean) <= COMPARABLE
-        decided.append(close)
-        where = f"m={int(m)}: " if len(by_m) > 1 and pd.notna(m) else ""
-        diff = f" ({pseudo.mean - sync.mean:+.3f})" if pseudo.n and sync.n else ""
-        parts.append(f"{where}{PSEUDO} {pseudo} vs {SYNC} {sync}{diff}")
-    undecided = len(by_m) - len(both)
-    evidence = "; ".join(parts) + f"; comparable = within {COMPARABLE:g}"
-    return _verdict(decided, undecided), evidence
+def pseudo_sync_matches_sync(runs: pd.DataFrame, report: dict) -> tuple:
+    """Mean final accuracies within COMPARABLE of each other (an equivalence test), at every
+    condition (worker count) where both ran."""
+    for name in (PSEUDO, SYNC):
+        if not (runs["algorithm"] == name).any():
+            return _missing(name)
+    verdicts, details = [], []
+    for cell in cells(runs, by_tau=False):
+        pseudos, syncs = cell.methods(PSEUDO), cell.methods(SYNC)
+        if not pseudos or not syncs:
+            verdicts.append(None)
+            details.append(f"{cell.name}: cannot tell: no {PSEUDO if not pseudos else SYNC}")
+            continue
+        for pseudo in pseudos:
+            for sync in syncs:
+                c = equivalent(
+                    f"{pseudo}{_diverged_note(cell, pseudo)}",
+                    cell.values(pseudo, "acc"),
+                    f"{sync}{_diverged_note(cell, sync)}",
+                    cell.values(sync, "acc"),
+                    COMPARABLE,
+                )
+                verdicts.append(c.holds)
+                details.append(f"{cell.name}: {c.verdict_text()}")
+    evidence = _summary(verdicts, "conditions") + f"; comparable = within {COMPARABLE:g}"
+    return combine(verdicts), evidence, details
+
+
+def _exposed(cell: Cell, method: str, tau: float | None = None) -> np.ndarray:
+    mine = cell.runs[cell.runs["method"] == method]
+    if tau is not None:
+        mine = mine[mine["tau"] == tau]
+    return mine["exposed_per_epoch"].to_numpy(float)
 
 
 def _text(value: Any) -> str | None:

@@ -5,15 +5,26 @@ parses directory names. Each run contributes its resolved config flattened to do
 (`algorithm.name`, `tau`, `dataset.name`, ...), its summary prefixed `summary.` (`summary.status`,
 `summary.final/test_acc`, ...) and, in `load_runs`, one row per line of `metrics.jsonl` with the
 metric columns named as logged (`step`, `epoch`, `test/acc`, ...).
+
+Damaged records never stop a report. Every file is validated as it is read, and a run whose
+`summary.json` (not UTF-8, not JSON, not an object, no text `status`), `config.yaml` (not
+UTF-8, not YAML, not a mapping) or `metrics.jsonl` (not UTF-8) cannot be used is left out with
+one `RecordWarning` naming the file; within `metrics.jsonl` a torn line, a line that is not an
+object, or one whose metric values are not numbers is skipped with a warning naming the file and
+the line (a torn last line, from a run killed mid-write, silently). The command-line entry points
+print these warnings as one `warning: ...` line each (`one_line_warnings`).
 """
 
 from __future__ import annotations
 
 import json
 import math
+import numbers
 import os
+import sys
 import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -61,6 +72,37 @@ DEFAULT_STATUSES = ("completed", "diverged")
 
 # Hydra's own files and W&B's offline mirror sit inside run dirs but are never runs themselves.
 _SKIP_DIRS = {"wandb"}
+
+
+class RecordWarning(UserWarning):
+    """A damaged run record (or part of one) that the analysis left out; the message names the
+    file."""
+
+
+class DamagedRecord(ValueError):
+    """A record file that cannot be used: `path`, and `why` in a few words."""
+
+    def __init__(self, path: str | os.PathLike, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path, self.why = Path(path), why
+
+
+@contextmanager
+def one_line_warnings(stream: Any = None) -> Iterator[None]:
+    """Within the block, each `RecordWarning` is printed as one line `warning: <message>` on
+    `stream` (default stderr), every time it occurs; other warnings are shown as usual."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("always", RecordWarning)
+        shown = warnings.showwarning
+
+        def show(message, category, filename, lineno, file=None, line=None):  # noqa: ANN001
+            if issubclass(category, RecordWarning):
+                print(f"warning: {message}", file=stream or sys.stderr)
+            else:
+                shown(message, category, filename, lineno, file, line)
+
+        warnings.showwarning = show
+        yield
 
 
 def find_runs(root: str | os.PathLike) -> list[Path]:
@@ -115,27 +157,51 @@ def load_summaries(
 
 
 def read_config(run_dir: str | os.PathLike) -> dict:
-    """The run's resolved config: `config.yaml`, else Hydra's `.hydra/config.yaml`."""
+    """The run's resolved config: `config.yaml`, else Hydra's `.hydra/config.yaml`; {} when it
+    has neither. A DamagedRecord naming the file when the one it has is not a YAML mapping."""
     run_dir = Path(run_dir)
     path = run_dir / "config.yaml"
     if path.is_file():
-        config = yaml.safe_load(path.read_text())
-        return config if isinstance(config, dict) else {}
+        config = yaml.safe_load(_read_text(path))
+        if not isinstance(config, dict):
+            raise DamagedRecord(path, f"not a mapping but {_kind(config)}")
+        return config
     path = run_dir / ".hydra" / "config.yaml"
     if path.is_file():
-        from omegaconf import OmegaConf
+        from omegaconf import DictConfig, OmegaConf
 
-        return _to_dict_resolving_what_we_can(OmegaConf.load(path))
+        node = OmegaConf.load(path)
+        if not isinstance(node, DictConfig):
+            raise DamagedRecord(path, "not a mapping but a list")
+        return _to_dict_resolving_what_we_can(node)
     return {}
+
+
+def read_summary(run_dir: str | os.PathLike) -> dict:
+    """The run's `summary.json`: a JSON object with a text `status`, else a DamagedRecord
+    naming the file and what is wrong."""
+    path = Path(run_dir) / "summary.json"
+    text = _read_text(path)
+    try:
+        summary = json.loads(text)
+    except json.JSONDecodeError as error:
+        raise DamagedRecord(path, f"not JSON ({error})") from error
+    if not isinstance(summary, dict):
+        raise DamagedRecord(path, f"not a JSON object but {_kind(summary)}")
+    if not isinstance(summary.get("status"), str):
+        raise DamagedRecord(path, f"no text status (status: {summary.get('status')!r})")
+    return summary
 
 
 def read_metrics(path: str | os.PathLike) -> list[dict]:
     """The evaluations in a `metrics.jsonl`; a trailing partial line (run killed mid-write) is
-    dropped silently, any other unreadable line with a warning."""
+    dropped silently; any other line that is not JSON, not an object, or holds a metric of the
+    contract (`METRIC_KEYS`) that is not a number is skipped with a warning naming the line.
+    A file that is not UTF-8 text is a DamagedRecord."""
     path = Path(path)
     if not path.is_file():
         return []
-    lines = path.read_text().splitlines()
+    lines = _read_text(path).splitlines()
     while lines and not lines[-1].strip():
         lines.pop()
     records = []
@@ -147,10 +213,16 @@ def read_metrics(path: str | os.PathLike) -> list[dict]:
         except json.JSONDecodeError:
             if number < len(lines):
                 # A resumed run can append after a torn line; the rest of the file is still good.
-                warnings.warn(f"{path}:{number}: unreadable line skipped", stacklevel=2)
+                _warn(f"{path}:{number}: unreadable line skipped")
             continue
-        if isinstance(record, dict):
-            records.append(record)
+        if not isinstance(record, dict):
+            _warn(f"{path}:{number}: line skipped: not a JSON object but {_kind(record)}")
+            continue
+        bad = [k for k in METRIC_KEYS if k in record and not _is_number(record[k])]
+        if bad:
+            _warn(f"{path}:{number}: line skipped: {bad[0]} is not a number ({record[bad[0]]!r})")
+            continue
+        records.append(record)
     return records
 
 
@@ -163,31 +235,67 @@ def _read_all(
         statuses = (statuses,)
     for root in roots:
         for run_dir in find_runs(root):
-            summary = _read_summary(run_dir)
-            if summary is None:
+            try:
+                summary = read_summary(run_dir)
+            except (OSError, DamagedRecord) as error:
+                # A half-written summary must not hide every other run from the report.
+                _warn(f"{run_dir}: unreadable summary.json skipped ({_reason(error)})")
                 continue
-            if statuses is not None and summary.get("status") not in statuses:
+            if statuses is not None and summary["status"] not in statuses:
                 continue
             try:
                 config = read_config(run_dir)
             except Exception as error:  # any parse failure: skip this run, keep the others
-                warnings.warn(
-                    f"{run_dir}: unreadable config skipped ({type(error).__name__})", stacklevel=2
+                name = (
+                    "config.yaml" if (run_dir / "config.yaml").is_file() else ".hydra/config.yaml"
                 )
+                _warn(f"{run_dir}: unreadable config skipped ({name}: {_reason(error)})")
+                continue
+            try:
+                # Read (and so checked) even when only the summaries are wanted: a run is in a
+                # report's table exactly when it is in its figures.
+                records = read_metrics(run_dir / "metrics.jsonl")
+            except (OSError, DamagedRecord) as error:
+                _warn(f"{run_dir}: unreadable metrics.jsonl, run skipped ({_reason(error)})")
                 continue
             meta = _run_meta(run_dir, config, summary)
-            records = read_metrics(run_dir / "metrics.jsonl") if with_metrics else []
-            yield meta, records
+            yield meta, (records if with_metrics else [])
 
 
-def _read_summary(run_dir: Path) -> dict | None:
+def _read_text(path: Path) -> str:
+    """A record file's text; a DamagedRecord when it is not UTF-8 (binary garbage, a disk
+    error's zeros)."""
     try:
-        summary = json.loads((run_dir / "summary.json").read_text())
-    except (OSError, json.JSONDecodeError) as error:
-        # A half-written summary must not hide every other run from the report.
-        warnings.warn(f"{run_dir}: unreadable summary.json skipped ({error})", stacklevel=3)
-        return None
-    return summary if isinstance(summary, dict) else None
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise DamagedRecord(path, f"not UTF-8 text (byte {error.start})") from error
+
+
+def _reason(error: BaseException) -> str:
+    """One line: what is wrong, without the path when the message already starts with it."""
+    text = " ".join(str(error).split()) or type(error).__name__
+    if isinstance(error, DamagedRecord):
+        text = error.why
+    elif isinstance(error, OSError) and error.strerror:
+        text = error.strerror
+    else:
+        text = f"{type(error).__name__}: {text}"
+    return text[:300]
+
+
+def _warn(message: str) -> None:
+    warnings.warn(message, RecordWarning, stacklevel=3)
+
+
+def _kind(value: Any) -> str:
+    return {list: "a list", str: "a string", type(None): "null", bool: "a boolean"}.get(
+        type(value), "a number" if isinstance(value, numbers.Number) else type(value).__name__
+    )
+
+
+def _is_number(value: Any) -> bool:
+    # JSON null is a metric not measured at this evaluation; NaN/inf (a diverged loss) are numbers.
+    return value is None or (isinstance(value, numbers.Real) and not isinstance(value, bool))
 
 
 def _run_meta(run_dir: Path, config: dict, summary: dict) -> dict:

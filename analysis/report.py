@@ -10,13 +10,26 @@ OUT_DIR, then prints the Markdown table and the figure paths. The table gains th
 computation ratio and the training time when the summaries carry them. Only completed and
 diverged runs count: a failed or still-running run has no final accuracy to report.
 
+Like with like: runs are pooled only over seeds. Rows are keyed by algorithm and tau and by every
+other configuration key that varies among the runs loaded (`analysis.compare.split_rows`; keys
+outside a run's identity, such as `out_root` or W&B settings, excepted); each such key becomes a
+row column, a note under the table names the keys the runs differ in, and the figures split
+their series and panels by the same keys. The tau-less methods pool over `tau`.
+
 With `--experiment` it reports one preset (`conf/experiment/<NAME>.yaml`): the runs whose
 `experiment_name` is NAME (and whose `scale.name` is SCALE), grouped by the preset's `report.rows`,
 with time to `report.target_acc`, bytes communicated and the comm/compute ratio; every point of
-the preset's sweep grid without a completed or diverged run is listed under the table. It writes
+the preset's sweep grid without a completed or diverged run is listed under the table. Runs that
+differ in a key `report.rows` does not name (a hand run with other epochs among the preset's) are
+not pooled either: the key is added as a row column, with one `warning:` line on stderr and a
+footnote naming it (adding, not refusing: the report still shows every result, apart). It writes
 `<NAME>.md`, `.tex`, `.csv` (and `scaling.*` for `report.kind: scaling`), the figures named in
-`report.figures` (accuracy, time, breakdown), `claims.md` (the checks named in `report.claims`)
-and `provenance.txt` (command, git commit, date), then prints the table, the claims and the paths.
+`report.figures` (accuracy, time, breakdown), `claims.md` (the checks named in `report.claims`,
+each with n, a confidence interval and its test: `analysis.claims`) and `provenance.txt`
+(command, git commit, date), then prints the table, the claims and the paths.
+
+A damaged run record (summary, config or metrics that cannot be read) is left out with one
+`warning:` line naming the file; the rest is reported.
 """
 
 from __future__ import annotations
@@ -27,11 +40,13 @@ import os
 import shlex
 import subprocess
 import sys
+import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from analysis.claims import check_claims, validate_claims, write_claims
+from analysis.compare import split_rows
 from analysis.figures import BREAKDOWN_COLUMNS, TIME, accuracy_curves, time_breakdown, time_curves
 from analysis.grid import (
     CONF_DIR,
@@ -42,7 +57,15 @@ from analysis.grid import (
     expand_sweeps,
     grid_column,
 )
-from analysis.load import DEFAULT_STATUSES, find_runs, load_runs, load_summaries, read_config
+from analysis.load import (
+    DEFAULT_STATUSES,
+    RecordWarning,
+    find_runs,
+    load_runs,
+    load_summaries,
+    one_line_warnings,
+    read_config,
+)
 from analysis.tables import (
     DEFAULT_ROWS,
     FINISHED,
@@ -107,9 +130,12 @@ def report(
     # The summaries are repeated on every metric row; one row per run is what the table counts.
     summaries = frame.drop_duplicates("run_dir")
     extra = [c for c in TABLE_EXTRA if c in summaries.columns]
-    table = final_accuracy_table(summaries, extra=extra)
+    # Every configuration key that varies among the runs splits them: never pooled.
+    split = split_rows(summaries, DEFAULT_ROWS)
+    table = final_accuracy_table(summaries, rows=split.rows, extra=extra)
+    table.attrs["note"] = split.note()
     table_md, table_csv = write_table(table, out_dir, name)
-    figures = draw_figures(frame, out_dir, tuple(FIGURES))
+    figures = draw_figures(frame, out_dir, tuple(FIGURES), rows=split.rows)
     return {
         "table": table,
         "markdown": to_markdown(table),
@@ -121,9 +147,13 @@ def report(
 
 
 def draw_figures(
-    frame: Any, out_dir: str | os.PathLike, wanted: Sequence[str] = tuple(FIGURES)
+    frame: Any,
+    out_dir: str | os.PathLike,
+    wanted: Sequence[str] = tuple(FIGURES),
+    rows: Sequence[str] | None = None,
 ) -> dict[str, Path | None]:
-    """Draw the figures named in `wanted` (keys of `FIGURES`) from a `load_runs` frame.
+    """Draw the figures named in `wanted` (keys of `FIGURES`) from a `load_runs` frame, its
+    series cut by `rows` (the table's rows; default: `split_rows` of the frame).
 
     Returns every key of `FIGURE_KEYS`, None for a figure not drawn: none at all before the first
     evaluation; no time figures without `time/train_s`, no breakdown without the rest of the
@@ -134,7 +164,7 @@ def draw_figures(
         return figures
     if "accuracy" in wanted:
         figures["figure_png"], figures["figure_pdf"] = accuracy_curves(
-            frame, out_dir, name=FIGURE_NAME
+            frame, out_dir, name=FIGURE_NAME, rows=rows
         )
     if not {"time", "breakdown"} & set(wanted):
         return figures
@@ -145,13 +175,13 @@ def draw_figures(
     if "time" in wanted:
         metrics = [m for m in TIME_METRICS if _first_missing(frame, [m]) is None]
         figures["time_png"], figures["time_pdf"] = time_curves(
-            frame, out_dir, name=TIME_FIGURE_NAME, y=metrics
+            frame, out_dir, name=TIME_FIGURE_NAME, y=metrics, rows=rows
         )
     if "breakdown" in wanted:
         missing = _first_missing(frame, BREAKDOWN_COLUMNS)
         if missing is None:
             figures["breakdown_png"], figures["breakdown_pdf"] = time_breakdown(
-                frame, out_dir, name=BREAKDOWN_FIGURE_NAME
+                frame, out_dir, name=BREAKDOWN_FIGURE_NAME, rows=rows
             )
         else:
             print(f"note: no {missing} in the runs, so no time breakdown", file=sys.stderr)
@@ -231,13 +261,23 @@ def report_experiment(
     )
     points = expand_sweeps(sweeps, groups)
 
+    # Runs that differ in a key the preset's rows do not name are never pooled: the key becomes
+    # a row column too, and the reader is told (stderr and a footnote).
+    split = split_rows(finished, rows)
+    if split.added:
+        print(f"warning: {experiment}{_at(scale)}: {split.note()}", file=sys.stderr)
+    rows = split.rows
     target = _target_acc(node, runs)
-    frame = load_runs(*roots, statuses=FINISHED)
+    with warnings.catch_warnings():
+        # The same files again: each damaged one was already named once, by load_summaries.
+        warnings.simplefilter("ignore", RecordWarning)
+        frame = load_runs(*roots, statuses=FINISHED)
     frame = frame[frame["run_dir"].isin(set(finished["run_dir"]))]
     point_config = PointConfigs(experiment, scale, conf_dir, groups) if preset else None
     table = experiment_table(
         runs, rows, grid=points, metrics=frame, target_acc=target, point_config=point_config
     )
+    table.attrs["note"] = split.note() if split.added else None
     # Computed before anything is written, so a run record it cannot use stops the report whole.
     scaling = scaling_table(finished, rows) if kind == "scaling" else None
     markdown = experiment_markdown(table, title)
@@ -260,7 +300,7 @@ def report_experiment(
         result["scaling_md"], result["scaling_tex"], result["scaling_csv"] = write_scaling_table(
             scaling, out_dir, "scaling", scaling_title
         )
-    result.update(draw_figures(frame, out_dir, figure_names))
+    result.update(draw_figures(frame, out_dir, figure_names, rows=rows))
     claims = check_claims(finished, node)
     result["claims"] = claims
     result["claims_md"] = write_claims(claims, out_dir, title)
@@ -370,7 +410,10 @@ def _node_from_runs(runs: Any, preset: Preset | None) -> dict[str, Any]:
     if status is not None:
         order = runs.iloc[(~status.isin(FINISHED)).to_numpy().argsort(kind="stable")]
     for run_dir in order["run_dir"]:
-        node = read_config(run_dir).get("report")
+        try:
+            node = read_config(run_dir).get("report")
+        except Exception:  # noqa: BLE001 - damaged since it was loaded: the next run has one
+            continue
         if isinstance(node, Mapping):
             return dict(node)
     return dict(preset.report) if preset is not None else {}
@@ -467,18 +510,20 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.scale is not None and args.experiment is None:
         parser.error("--scale needs --experiment")
     try:
-        if args.experiment is None:
-            return _main_plain(args)
-        command = command_line(list(argv) if argv is not None else sys.argv[1:])
-        result = report_experiment(
-            args.roots,
-            args.out,
-            args.experiment,
-            args.scale,
-            name=args.name,
-            conf_dir=args.conf,
-            command=command,
-        )
+        # A damaged run record is left out with one `warning:` line naming its file.
+        with one_line_warnings():
+            if args.experiment is None:
+                return _main_plain(args)
+            command = command_line(list(argv) if argv is not None else sys.argv[1:])
+            result = report_experiment(
+                args.roots,
+                args.out,
+                args.experiment,
+                args.scale,
+                name=args.name,
+                conf_dir=args.conf,
+                command=command,
+            )
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -490,6 +535,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         print()
         for claim in result["claims"]:
             print(claim.line())
+            for detail in claim.details:
+                print(f"  - {detail}")
     print()
     paths = ["table_md", "table_tex", "table_csv", "scaling_md", "scaling_tex", "scaling_csv"]
     paths += [*FIGURE_KEYS, "claims_md", "provenance"]

@@ -23,13 +23,16 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import time
+import warnings
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
+from analysis.load import DamagedRecord, RecordWarning, one_line_warnings
 from experiments.errors import UserError
 
 STATUSES = ("completed", "diverged", "running", "failed", "missing")
@@ -47,46 +50,89 @@ def run_dirs(root: Path) -> list[Path]:
     return sorted(out)
 
 
-def _json(path: Path) -> dict | None:
+def _json(path: Path) -> dict:
+    """A record file that must hold a JSON object; a DamagedRecord saying what is wrong."""
     try:
-        value = json.loads(path.read_text())
-        return value if isinstance(value, dict) else None
-    except (OSError, ValueError):
-        return None
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise DamagedRecord(path, f"not UTF-8 text (byte {error.start})") from error
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise DamagedRecord(path, f"not JSON ({error})") from error
+    if not isinstance(value, dict):
+        raise DamagedRecord(path, f"not a JSON object but {type(value).__name__}")
+    return value
+
+
+def _heartbeat(run_dir: Path) -> tuple[dict | None, str]:
+    """The heartbeat's time (a finite number) and step text, or None and why not."""
+    path = run_dir / "heartbeat.json"
+    if not path.exists():
+        return None, ""
+    try:
+        beat = _json(path)
+    except (OSError, DamagedRecord) as error:
+        return None, f"heartbeat.json unreadable: {_why(error)}"
+    last = beat.get("time")
+    if not _is_number(last) or not math.isfinite(last):
+        return None, f"heartbeat.json has no time (time: {str(last)[:40]!r})"
+    step, total = beat.get("step"), beat.get("total_steps")
+    where = f"step {step}/{total}" if _is_number(step) and _is_number(total) else "step unknown"
+    return {"time": float(last), "where": where}, ""
 
 
 def run_status(run_dir: Path, stale_after_s: float, now: float | None = None) -> dict[str, Any]:
-    """One run's status and the detail that explains it."""
+    """One run's status and the detail that explains it. Never raises on a damaged record: a
+    summary that cannot be read is `failed` with the reason, a damaged heartbeat counts as no
+    heartbeat (the summary's own age decides) and is named in the detail."""
     now = time.time() if now is None else now
-    summary = _json(run_dir / "summary.json")
-    if summary is None:
-        if (run_dir / "summary.json").exists():
-            return {"status": "failed", "detail": "summary.json is unreadable"}
+    path = run_dir / "summary.json"
+    if not path.exists():
         return {"status": "failed", "detail": "no summary: the job stopped before its record"}
+    try:
+        summary = _json(path)
+    except (OSError, DamagedRecord) as error:
+        return {"status": "failed", "detail": f"summary.json is unreadable: {_why(error)}"}
     status = summary.get("status")
     if status in ("completed", "diverged"):
         acc = summary.get("final/test_acc")
-        detail = f"final/test_acc {acc:.4f}" if isinstance(acc, int | float) else ""
+        detail = f"final/test_acc {acc:.4f}" if _is_number(acc) else ""
         if status == "diverged":
             detail = f"diverged at step {summary.get('diverged_at_step')}"
         return {"status": status, "detail": detail}
     if status == "running":
-        beat = _json(run_dir / "heartbeat.json")
-        last = beat.get("time") if beat else None
-        if last is None:  # no heartbeat yet: the summary's own age
-            last = (run_dir / "summary.json").stat().st_mtime
+        beat, problem = _heartbeat(run_dir)
+        if beat is not None:
+            last = beat["time"]
+        else:  # no (usable) heartbeat yet: the summary's own age
+            try:
+                last = path.stat().st_mtime
+            except OSError:
+                last = now
         age = now - last
+        note = f"; {problem}" if problem else ""
         if age > stale_after_s:
             return {
                 "status": "failed",
                 "detail": f"stale: no heartbeat for {age / 60:.0f} min (the job died); "
-                "a rerun resumes from its checkpoint if it has one",
+                f"a rerun resumes from its checkpoint if it has one{note}",
             }
-        where = f"step {beat['step']}/{beat['total_steps']}" if beat else "starting"
-        return {"status": "running", "detail": f"{where}, heartbeat {age:.0f} s ago"}
+        where = beat["where"] if beat else "starting"
+        return {"status": "running", "detail": f"{where}, heartbeat {age:.0f} s ago{note}"}
     if status == "failed":
-        return {"status": "failed", "detail": str(summary.get("error", ""))[:200]}
-    return {"status": "failed", "detail": f"unknown status {status!r} in summary.json"}
+        return {"status": "failed", "detail": " ".join(str(summary.get("error", "")).split())[:200]}
+    return {"status": "failed", "detail": f"unknown status {str(status)[:40]!r} in summary.json"}
+
+
+def _why(error: BaseException) -> str:
+    if isinstance(error, DamagedRecord):
+        return error.why
+    return getattr(error, "strerror", None) or type(error).__name__
+
+
+def _is_number(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool)
 
 
 def missing_points(root: Path, experiment: str, scale: str | None, runs: list[Path]) -> list[str]:
@@ -96,7 +142,13 @@ def missing_points(root: Path, experiment: str, scale: str | None, runs: list[Pa
 
     preset = compose_preset(experiment, scale)
     points = expand_sweeps(preset.sweeps, GROUPS)
-    configs = [_flatten(read_config(r)) for r in runs]
+    configs = []
+    for run in runs:
+        try:
+            configs.append(_flatten(read_config(run)))
+        except Exception as error:  # noqa: BLE001 - any damage: this run matches no point
+            reason = error.why if isinstance(error, DamagedRecord) else type(error).__name__
+            warnings.warn(f"{run}: unreadable config skipped ({reason})", RecordWarning, 2)
     out = []
     for point in points:
         if not any(
@@ -126,8 +178,9 @@ def main(argv: list[str] | None = None) -> int:
             s = run_status(run, args.stale_after * 60)
             lines.append((s["status"], str(run.relative_to(root)), s["detail"]))
         if args.experiment:
-            for point in missing_points(root, args.experiment, args.scale, runs):
-                lines.append(("missing", point, "no run directory"))
+            with one_line_warnings():
+                for point in missing_points(root, args.experiment, args.scale, runs):
+                    lines.append(("missing", point, "no run directory"))
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2

@@ -1,4 +1,5 @@
-"""Final accuracy as mean ± std over seeds, one row per (algorithm, tau), as Markdown and CSV.
+"""Final accuracy as mean ± std over seeds, one row per configuration (algorithm, tau and any
+other key that tells the runs apart: `analysis.compare.split_rows`), as Markdown, LaTeX and CSV.
 
 Accuracies stay fractions in [0, 1] as the contract writes them; the Markdown shows them that way
 too, so a number in a table and the same number in `summary.json` read alike.
@@ -14,6 +15,7 @@ from typing import Any
 
 import pandas as pd
 
+from analysis.compare import NO_TAU, display, run_values, short_names
 from analysis.load import ALGORITHMS, TAU_LESS
 from experiments.errors import UserError
 
@@ -36,8 +38,6 @@ __all__ = [
     "write_scaling_table",
     "write_table",
 ]
-
-NO_TAU = "-"
 
 # Markdown headers of the usual `extra` columns; others are named like the value column.
 _EXTRA_HEADERS = {
@@ -64,7 +64,9 @@ def final_accuracy_table(
     results of the papers include divergent runs).
 
     Tau-less methods (`TAU_LESS`) show tau as "-" so their seeds form one row whatever tau their
-    configs hold. Rows are sorted by algorithm (contract order) then tau numerically.
+    configs hold. Rows are sorted by algorithm (contract order) then tau numerically. `rows` is
+    taken as given: `analysis.compare.split_rows` says which rows keep every configuration apart.
+    A `note` in `table.attrs` is printed under the Markdown table.
     """
     rows = list(rows)
     extra = list(extra)
@@ -75,13 +77,8 @@ def final_accuracy_table(
     if "run_dir" in frame.columns:
         # A per-evaluation frame repeats each summary on every metric row; count each run once.
         frame = frame.drop_duplicates("run_dir")
-    if "tau" in rows and "algorithm.name" in frame.columns:
-        frame = frame.assign(
-            tau=[
-                NO_TAU if name in TAU_LESS else _as_int_if_integral(tau)
-                for name, tau in zip(frame["algorithm.name"], frame["tau"], strict=True)
-            ]
-        )
+    # One spelling per value (2 = 2.0, lists as tuples), tau "-" for the tau-less methods.
+    frame = frame.assign(**{c: run_values(frame, c) for c in rows})
     diverged = (
         frame["summary.status"].eq("diverged")
         if "summary.status" in frame.columns
@@ -101,6 +98,7 @@ def final_accuracy_table(
     # to_markdown names the value column after what was aggregated.
     table.attrs["value"] = value
     table.attrs["extra"] = tuple(extra)
+    table.attrs["rows"] = tuple(rows)
     return table
 
 
@@ -111,7 +109,8 @@ def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
     extra = [c for c in table.attrs.get("extra", ()) if c in table.columns]
     rows = [c for c in table.columns if c not in ("mean", "std", "n", "diverged", *extra)]
     header = _value_header(table.attrs.get("value", "summary.final/test_acc"))
-    shown = pd.DataFrame({_row_header(c): table[c].map(_cell) for c in rows})
+    names = _row_headers(rows)
+    shown = pd.DataFrame({names[c]: table[c].map(display) for c in rows})
     diverged = table["diverged"] if "diverged" in table.columns else pd.Series(0, table.index)
     shown[header] = [
         "diverged" if n == 0 and k > 0 else _mean_std(mean, std, digits)
@@ -123,7 +122,9 @@ def to_markdown(table: pd.DataFrame, digits: int = 3) -> str:
     if diverged.any():
         shown["diverged"] = [f"{k}/{k + n}" for k, n in zip(diverged, table["n"], strict=True)]
     # All cells are already text; numparse off keeps "-" and our rounding as written.
-    return shown.to_markdown(index=False, disable_numparse=True)
+    markdown = shown.to_markdown(index=False, disable_numparse=True)
+    note = table.attrs.get("note")
+    return f"{markdown}\n\nnote: {note}" if note else markdown
 
 
 def write_table(
@@ -172,12 +173,6 @@ def _as_int_if_integral(value: Any) -> Any:
     return int(number) if number is not None and number.is_integer() else value
 
 
-def _cell(value: Any) -> str:
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return "–"
-    return str(_as_int_if_integral(value))
-
-
 def _mean_std(mean: float, std: float, digits: int) -> str:
     if math.isnan(mean):
         return "–"
@@ -206,9 +201,9 @@ def _extra_cell(column: str, value: Any, digits: int) -> str:
     return f"{number:.{digits}g}"
 
 
-def _row_header(column: str) -> str:
-    # "algorithm.name" -> "algorithm": the group name is what a reader looks for.
-    return column.removesuffix(".name")
+def _row_headers(columns: Sequence[str]) -> dict[str, str]:
+    # "algorithm.name" -> "algorithm", "algorithm.rank" -> "rank": what the labels call them.
+    return short_names(columns)
 
 
 # --- a preset's table ---------------------------------------------------------------------------
@@ -441,10 +436,9 @@ def experiment_cells(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
     rows = list(table.attrs.get("rows", DEFAULT_ROWS))
     value = table.attrs.get("value", "summary.final/test_acc")
     shown = pd.DataFrame(index=table.index)
-    shorts = [_short(c) for c in rows]
-    for column, short in zip(rows, shorts, strict=True):
-        # "rank" for algorithm.rank, unless two row columns would share a header
-        shown[short if shorts.count(short) == 1 else column] = table[column].map(_display)
+    # "rank" for algorithm.rank, unless two row columns would share a header
+    for column, header in _row_headers(rows).items():
+        shown[header] = table[column].map(display)
     shown[_value_header(value)] = [
         _accuracy_cell(mean, std, n, k, digits)
         for mean, std, n, k in zip(
@@ -473,6 +467,8 @@ def footnotes(table: pd.DataFrame) -> list[str]:
     result for seed 2 (1 missing)" for a group that has other runs."""
     rows = list(table.attrs.get("rows", DEFAULT_ROWS))
     notes = []
+    if table.attrs.get("note"):
+        notes.append(f"note: {table.attrs['note']}")
     for _, row in table.iterrows():
         counts = [(reason, int(row.get(reason, 0) or 0)) for reason in REASONS]
         if not any(k for _, k in counts):
@@ -728,29 +724,26 @@ def _describe_values(column: str, values: list) -> str:
 
 
 def _group_label(row: pd.Series, rows: Sequence[str]) -> str:
+    # "local_sgd tau=8": the keys of `series_label`, spelled to run on into "seeds 0,1".
+    names = short_names(list(rows))
     parts = []
     for column in rows:
         value = row[column]
-        if value == NO_TAU:
+        if value == NO_TAU or value is None:
             continue
         parts.append(
-            _display(value) if column == "algorithm.name" else f"{_short(column)}={_display(value)}"
+            display(value) if column == "algorithm.name" else f"{names[column]}={display(value)}"
         )
     return " ".join(parts) or "all runs"
 
 
 def _short(column: str) -> str:
     # "algorithm.name" -> "algorithm", "algorithm.rank" -> "rank", "compute.slowdown" -> "slowdown"
-    column = column.removesuffix(".name")
-    return column.rsplit(".", 1)[-1]
+    return short_names([column])[column]
 
 
 def _display(value: Any) -> str:
-    if isinstance(value, tuple):
-        return "[" + ", ".join(_display(v) for v in value) + "]"
-    if value is None or (isinstance(value, float) and math.isnan(value)):
-        return NO_TAU
-    return str(_as_int_if_integral(value))
+    return display(value)
 
 
 def _accuracy_cell(mean: float, std: float, n: int, diverged: int, digits: int) -> str:

@@ -13,8 +13,10 @@ from pathlib import Path
 import matplotlib.colors as mcolors
 import pandas as pd
 import pytest
+import seaborn as sns
 import yaml
 
+from analysis.compare import run_labels, split_rows
 from analysis.figures import (
     ALGORITHM_COLOURS,
     accuracy_curves,
@@ -22,6 +24,7 @@ from analysis.figures import (
     breakdown_figure,
     clock_of,
     curves_figure,
+    facets,
     time_breakdown,
     time_curves,
     time_figure,
@@ -72,8 +75,11 @@ def ledger_per_epoch(algorithm: str, tau: int, seed: int) -> dict[str, float]:
     }
 
 
-def make_config(algorithm: str, tau: int, seed: int, timing: str = "virtual") -> dict:
-    return {
+def make_config(
+    algorithm: str, tau: int, seed: int, timing: str = "virtual", **overrides: object
+) -> dict:
+    """A resolved config; `overrides` set dotted keys (`algorithm__rank=4`, `scale__name=x`)."""
+    config = {
         "algorithm": {"name": algorithm, "alpha": 0.5},
         "tau": tau,
         "seed": seed,
@@ -89,6 +95,13 @@ def make_config(algorithm: str, tau: int, seed: int, timing: str = "virtual") ->
         "lr": 0.1,
         "milestones": [1, 2],
     }
+    for key, value in overrides.items():
+        node = config
+        *path, last = key.split("__")
+        for part in path:
+            node = node.setdefault(part, {})
+        node[last] = value
+    return config
 
 
 def acc_at(final: float, evaluation: int) -> float:
@@ -105,6 +118,7 @@ def write_run(
     num_evals: int = NUM_EVALS,
     trailing: str = "",
     ledger: bool = True,
+    **config_overrides: object,
 ) -> Path:
     """A run dir in the training code's format: config.yaml, .hydra/, metrics.jsonl, summary.
 
@@ -112,7 +126,7 @@ def write_run(
     epoch) and the summary its final values; `ledger=False` writes a run from before the ledger.
     """
     run_dir.mkdir(parents=True)
-    config = make_config(algorithm, tau, seed)
+    config = make_config(algorithm, tau, seed, **config_overrides)
     (run_dir / "config.yaml").write_text(yaml.safe_dump(config))
     (run_dir / ".hydra").mkdir()
     hydra_config = {**config, "experiment_name": "${oc.env:NO_SUCH_VAR_FOR_TEST}"}
@@ -415,10 +429,33 @@ def test_table_unknown_extra_column_is_a_user_error(summaries: pd.DataFrame) -> 
 
 # --- figures ----------------------------------------------------------------------------------
 
+# The fixture runs' layout: local_sgd at taus 2, 4 and 16 gives one panel per tau; sync_sgd and
+# powersgd, which do not use tau, are drawn in every panel.
+PANELS = ["tau=2", "tau=4", "tau=16"]
+SERIES = ["sync_sgd", "local_sgd", "powersgd"]
+
 
 def assert_png_and_pdf(png: Path, pdf: Path) -> None:
     assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n") and png.stat().st_size > 1000
     assert pdf.read_bytes().startswith(b"%PDF-") and pdf.stat().st_size > 1000
+
+
+def panels(fig) -> list:
+    return [ax for ax in fig.axes if ax.get_visible()]
+
+
+def legend_entries(fig) -> dict[str, object]:
+    (legend,) = fig.legends
+    return {t.get_text(): h for t, h in zip(legend.texts, legend.legend_handles, strict=True)}
+
+
+def assert_print_legible(fig, width_in: float = 3.5) -> None:
+    """One column of a paper wide, every visible text at least 7 pt."""
+    from matplotlib.text import Text
+
+    assert fig.get_figwidth() == pytest.approx(width_in)
+    texts = [t for t in fig.findobj(Text) if t.get_visible() and t.get_text().strip()]
+    assert texts and min(t.get_fontsize() for t in texts) >= 7
 
 
 def test_accuracy_curves_write_png_and_pdf(tmp_path, frame) -> None:
@@ -431,34 +468,119 @@ def test_accuracy_curves_write_png_and_pdf(tmp_path, frame) -> None:
     assert plt.get_fignums() == before  # nothing left open
 
 
-def test_curve_colours_follow_the_fixed_algorithm_map(frame: pd.DataFrame) -> None:
+def test_curves_are_small_multiples_one_panel_per_tau(frame: pd.DataFrame) -> None:
     fig = curves_figure(frame)
-    ax = fig.axes[0]
-    texts, handles = ax.get_legend().texts, ax.get_legend().legend_handles
-    legend = {t.get_text(): h for t, h in zip(texts, handles, strict=True)}
-    assert set(legend) == set(frame["label"])
+    axes = panels(fig)
+    assert [ax.get_title() for ax in axes] == PANELS
+    assert len(fig.axes) == 4  # a 2 x 2 grid, its fourth cell hidden
+    assert all(ax.get_shared_y_axes().joined(axes[0], ax) for ax in axes)
+    assert all(ax.get_shared_x_axes().joined(axes[0], ax) for ax in axes)
+    for ax in axes:
+        gids = {line.get_gid() for line in ax.lines}
+        assert {"mean:sync_sgd", "mean:local_sgd", "mean:powersgd"} == gids, ax.get_title()
+    assert_print_legible(fig)
+    # the legend sits below the panels, not on them
+    (legend,) = fig.legends
+    fig.draw_without_rendering()
+    assert legend.get_window_extent().y1 < min(ax.get_window_extent().y0 for ax in axes)
+
+
+def test_curves_show_the_mean_and_a_band_of_one_sd_labelled_with_n(frame: pd.DataFrame) -> None:
+    fig = curves_figure(frame)
+    (legend,) = fig.legends
+    assert legend.get_title().get_text() == (
+        "mean over seeds, band ±1 sd (n = 1–3 seeds per line; no band at n = 1)"
+    )
+    tau2 = panels(fig)[0]
+    (mean,) = [line for line in tau2.lines if line.get_gid() == "mean:local_sgd"]
+    finals = [f for a, t, _, f, s in KEPT if (a, t) == ("local_sgd", 2)]
+    by_epoch = [[acc_at(f, e) for f in finals] for e in range(NUM_EVALS)]
+    assert list(mean.get_ydata()) == pytest.approx([statistics.mean(v) for v in by_epoch])
+    # the band: mean +- sample sd at each epoch (local_sgd's is the one with its colour)
+    colour = mcolors.to_rgba(ALGORITHM_COLOURS["local_sgd"], 0.15)
+    (band,) = [c for c in tau2.collections if tuple(c.get_facecolor()[0]) == pytest.approx(colour)]
+    ys = band.get_paths()[0].vertices[:, 1]
+    assert ys.max() == pytest.approx(statistics.mean(by_epoch[-1]) + statistics.stdev(by_epoch[-1]))
+    assert ys.min() == pytest.approx(statistics.mean(by_epoch[0]) - statistics.stdev(by_epoch[0]))
+    # powersgd has one run: a line, no band
+    powersgd = mcolors.to_rgba(ALGORITHM_COLOURS["powersgd"], 0.15)
+    assert not [
+        c for c in tau2.collections if tuple(c.get_facecolor()[0]) == pytest.approx(powersgd)
+    ]
+
+
+def test_curve_colours_follow_the_fixed_colour_blind_safe_map(frame: pd.DataFrame) -> None:
+    legend = legend_entries(curves_figure(frame))
+    assert list(legend) == SERIES
     for label, handle in legend.items():
-        algorithm = label.split(" ")[0]
-        assert mcolors.to_hex(handle.get_color()) == ALGORITHM_COLOURS[algorithm]
-    # Within an algorithm the smallest tau is solid and larger taus are dashed.
-    assert not legend["local_sgd (tau=2)"].is_dashed()
-    assert legend["local_sgd (tau=4)"].is_dashed() and legend["local_sgd (tau=16)"].is_dashed()
-    assert not legend["sync_sgd"].is_dashed()
+        assert mcolors.to_hex(handle.get_color()) == ALGORITHM_COLOURS[label]
+        assert not handle.is_dashed()  # one setting per algorithm within a panel
     assert len(set(ALGORITHM_COLOURS.values())) == len(ALGORITHM_COLOURS) == 10
+    # seaborn's colour-blind palette, its pale yellow swapped for black
+    colorblind = {mcolors.to_hex(c) for c in sns.color_palette("colorblind")}
+    assert set(ALGORITHM_COLOURS.values()) == (colorblind - {"#ece133"}) | {"#000000"}
     assert algorithm_colour("my_new_method") == algorithm_colour("my_new_method")
 
 
+def test_powersgd_ranks_are_separate_series_in_table_and_figure(tmp_path: Path) -> None:
+    """Issue 12, item 3: figures merged PowerSGD ranks 1/2/4/8 into one series while the table
+    kept them apart."""
+    for seed in (0, 1):
+        for rank in (1, 4):
+            write_run(
+                tmp_path / "runs" / f"{rank}-{seed}", "powersgd", 1, seed, 0.8 + rank / 100,
+                algorithm__rank=rank,
+            )  # fmt: skip
+        write_run(tmp_path / "runs" / f"sync-{seed}", "sync_sgd", 1, seed, 0.9)
+    result = report([tmp_path / "runs"], tmp_path / "out")
+    table = result["table"]
+    assert list(table.columns[:3]) == ["algorithm.name", "tau", "algorithm.rank"]
+    assert table["n"].tolist() == [2, 2, 2]
+    frame = load_runs(tmp_path / "runs")
+    for fig in (curves_figure(frame), time_figure(frame)):
+        legend = legend_entries(fig)
+        assert list(legend) == ["sync_sgd", "powersgd (rank=1)", "powersgd (rank=4)"]
+        assert not legend["powersgd (rank=1)"].is_dashed()
+        assert legend["powersgd (rank=4)"].is_dashed()
+    bars = breakdown_figure(frame).axes[0]
+    assert [t.get_text() for t in bars.get_yticklabels()] == list(legend)
+    # the table's rows say the same
+    assert [line.split("|")[1:4] for line in result["markdown"].splitlines()[2:5]] == [
+        [" sync_sgd    ", " -     ", " -      "],
+        [" powersgd    ", " -     ", " 1      "],
+        [" powersgd    ", " -     ", " 4      "],
+    ]
+
+
 def test_seeds_without_a_shared_x_are_drawn_per_run(frame: pd.DataFrame) -> None:
-    by_epoch = curves_figure(frame, x="epoch").axes[0]
-    by_time = curves_figure(frame, x="time/train_s").axes[0]
-    num_labels, num_runs = frame["label"].nunique(), frame["run_dir"].nunique()
-    assert len([line for line in by_epoch.lines if len(line.get_xdata())]) == num_labels
-    assert len([line for line in by_time.lines if len(line.get_xdata())]) == num_runs
+    by_epoch = curves_figure(frame, x="epoch")
+    by_time = curves_figure(frame, x="time/train_s")
+    for ax, tau in zip(panels(by_time), (2, 4, 16), strict=True):
+        here = frame[(frame["tau"] == tau) | frame["algorithm.name"].isin(TAU_LESS)]
+        assert len(ax.lines) == here["run_dir"].nunique(), tau
+        assert len(panels(by_epoch)[0].lines) == len(SERIES)
 
 
 def test_curves_without_evaluations_are_a_user_error(summaries: pd.DataFrame) -> None:
     with pytest.raises(UserError):
         curves_figure(summaries)
+
+
+def test_layout_panels_by_tau_then_by_setting() -> None:
+    runs = pd.DataFrame(
+        {
+            "run_dir": list("abcdef"),
+            "algorithm.name": ["osp", "osp", "losp", "losp", "sync_sgd", "powersgd"],
+            "tau": [1, 2, 1, 2, 1, 1],
+            "compute.slowdown": ["one_slow", "lognormal"] * 3,
+            "algorithm.rank": [None, None, None, None, None, 2],
+        }
+    )
+    layout = facets(runs, ["algorithm.name", "tau", "compute.slowdown", "algorithm.rank"])
+    assert (layout.col, layout.row, layout.series) == ("tau", "compute.slowdown", ())
+    assert layout.fixed == ("algorithm.rank",)
+    no_tau = facets(runs.assign(tau=2), ["algorithm.name", "tau", "compute.slowdown"])
+    assert (no_tau.col, no_tau.row, no_tau.fixed) == ("compute.slowdown", None, ("tau",))
 
 
 # --- time figures -----------------------------------------------------------------------------
@@ -514,18 +636,22 @@ def test_time_figures_write_png_and_pdf(tmp_path, frame) -> None:
     assert plt.get_fignums() == before  # nothing left open
 
 
+def test_time_figure_is_a_panel_per_tau_and_metric(time_fig) -> None:
+    axes = time_fig.axes
+    assert len(axes) == 3 * 2
+    assert [ax.get_title() for ax in axes[:2]] == ["test accuracy", "training loss"]
+    assert [ax.get_ylabel() for ax in axes[::2]] == PANELS
+    assert_print_legible(time_fig)
+
+
 def test_time_axis_names_the_clock(frame, time_fig, capsys) -> None:
-    assert [ax.get_xlabel() for ax in time_fig.axes] == ["training time, virtual (s)"] * 2
-    assert [ax.get_ylabel() for ax in time_fig.axes] == [
-        "test accuracy (consensus model)",
-        "training loss",
-    ]
+    assert [ax.get_xlabel() for ax in time_fig.axes[-2:]] == ["training time, virtual (s)"] * 2
     real = frame.assign(timing="real")
-    assert time_figure(real, y="test/acc").axes[0].get_xlabel() == "training time, wall-clock (s)"
+    assert time_figure(real, y="test/acc").axes[-1].get_xlabel() == "training time, wall-clock (s)"
     assert capsys.readouterr().err == ""
     mixed = frame.assign(timing=["real" if a == "sync_sgd" else "virtual" for a in frame["label"]])
     fig = time_figure(mixed, y="test/acc")
-    assert fig.axes[0].get_xlabel() == "training time (s; mixed clocks)"
+    assert fig.axes[-1].get_xlabel() == "training time (s; mixed clocks)"
     err = capsys.readouterr().err
     assert err.startswith("warning:") and len(err.splitlines()) == 1
     # a run without `timing` predates the virtual clock: wall-clock
@@ -534,19 +660,19 @@ def test_time_axis_names_the_clock(frame, time_fig, capsys) -> None:
 
 
 def test_time_figure_draws_each_run_and_an_epoch_aligned_mean(frame, time_fig) -> None:
-    num_runs = frame["run_dir"].nunique()
-    for ax in time_fig.axes:
+    tau2 = time_fig.axes[:2]  # accuracy and loss at tau=2: sync_sgd, local_sgd, powersgd
+    runs_here = frame[(frame["tau"] == 2) | frame["algorithm.name"].isin(TAU_LESS)]
+    for ax in tau2:
         gids = [line.get_gid() for line in ax.lines]
-        assert sum(g.startswith("run:") for g in gids) == num_runs
-        # a mean line only where a label has several seeds
+        assert sum(g.startswith("run:") for g in gids) == runs_here["run_dir"].nunique()
+        # a mean line only where a series has several seeds
         assert sorted(g for g in gids if g.startswith("mean:")) == [
-            "mean:local_sgd (tau=2)",
+            "mean:local_sgd",
             "mean:sync_sgd",
         ]
-    legend = [t.get_text() for t in time_fig.axes[-1].get_legend().texts]
-    assert legend == LABEL_ORDER
+    assert list(legend_entries(time_fig)) == SERIES
     # The mean joins, per epoch, the seeds' mean training time to their mean accuracy.
-    (mean,) = [line for line in time_fig.axes[0].lines if line.get_gid() == "mean:sync_sgd"]
+    (mean,) = [line for line in tau2[0].lines if line.get_gid() == "mean:sync_sgd"]
     seeds = [(1, 0, 0.90), (1, 1, 0.92), (4, 2, 0.91)]
     per_epoch = [ledger_per_epoch("sync_sgd", t, s)["time/train_s"] for t, s, _ in seeds]
     times = [statistics.mean(k * t for t in per_epoch) for k in range(1, NUM_EVALS + 1)]
@@ -557,34 +683,39 @@ def test_time_figure_draws_each_run_and_an_epoch_aligned_mean(frame, time_fig) -
 
 
 def test_breakdown_bars_are_per_epoch_means_of_the_last_rows(frame, breakdown) -> None:
-    ax = breakdown.axes[0]
-    assert [t.get_text() for t in ax.get_yticklabels()] == LABEL_ORDER
-    bars = {c.get_label(): c.patches for c in ax.containers}
-    assert list(bars) == ["compute", "exposed communication", "data loading", "other"]
-    expected = last_rows(frame)
-    for i, label in enumerate(LABEL_ORDER):
-        hand = by_hand(expected[label])
-        left = 0.0
-        for part, patches in bars.items():
-            assert patches[i].get_width() == pytest.approx(hand[part]), (label, part)
-            assert patches[i].get_x() == pytest.approx(left)  # stacked
-            left += hand[part]
-    # and in plain numbers, for local_sgd tau=4 (one seed): 0.8 + 0.3/4 + 0.05 + 0.02 per epoch
-    widths = [bars[part][2].get_width() for part in bars]
-    assert widths == pytest.approx([0.8, 0.075, 0.05, 0.02])
+    axes = breakdown.axes
+    assert [ax.get_title() for ax in axes] == PANELS
+    for ax in axes:
+        assert [t.get_text() for t in ax.get_yticklabels()] == SERIES
     table = time_per_epoch(frame)
     assert list(table.index) == LABEL_ORDER
     assert table["runs"].tolist() == [3, 3, 1, 1, 1]
+    expected = last_rows(frame)
+    for ax, tau in zip(axes, (2, 4, 16), strict=True):
+        bars = {c.get_label(): c.patches for c in ax.containers}
+        assert list(bars) == ["compute", "exposed communication", "data loading", "other"]
+        for i, label in enumerate(["sync_sgd", f"local_sgd (tau={tau})", "powersgd"]):
+            hand = by_hand(expected[label])
+            left = 0.0
+            for part, patches in bars.items():
+                assert patches[i].get_width() == pytest.approx(hand[part]), (label, part)
+                assert patches[i].get_x() == pytest.approx(left)  # stacked
+                left += hand[part]
+    # and in plain numbers, for local_sgd tau=4 (one seed): 0.8 + 0.3/4 + 0.05 + 0.02 per epoch
+    bars = {c.get_label(): c.patches for c in axes[1].containers}
+    assert [bars[part][1].get_width() for part in bars] == pytest.approx([0.8, 0.075, 0.05, 0.02])
+    assert_print_legible(breakdown)
 
 
 def test_breakdown_annotates_the_comm_compute_ratio(frame, breakdown) -> None:
-    ax = breakdown.axes[0]
+    ax = breakdown.axes[1]  # tau=4
     expected = last_rows(frame)
     texts = [t.get_text() for t in ax.texts]
-    assert texts == [f"{100 * by_hand(expected[label])['ratio']:.1f}%" for label in LABEL_ORDER]
-    assert texts[0] == "37.7%" and texts[2] == "9.4%" and texts[3] == "2.3%"
-    assert f"network {NETWORK}" in ax.get_title()
-    assert ax.get_xlabel() == "training time per epoch, virtual (s)"
+    labels = ["sync_sgd", "local_sgd (tau=4)", "powersgd"]
+    assert texts == [f"{100 * by_hand(expected[label])['ratio']:.1f}%" for label in labels]
+    assert texts[:2] == ["37.7%", "9.4%"]
+    assert f"network {NETWORK}" in breakdown.get_suptitle()
+    assert breakdown.axes[-1].get_xlabel() == "training time per epoch, virtual (s)"
     # A colour per algorithm on the axis, as in the curves.
     colours = [mcolors.to_hex(t.get_color()) for t in ax.get_yticklabels()]
     assert colours[0] == ALGORITHM_COLOURS["sync_sgd"]
@@ -593,8 +724,8 @@ def test_breakdown_annotates_the_comm_compute_ratio(frame, breakdown) -> None:
 
 def test_breakdown_title_names_no_network_when_runs_differ(frame) -> None:
     networks = ["wan" if label == "sync_sgd" else NETWORK for label in frame["label"]]
-    ax = breakdown_figure(frame.assign(**{"network.name": networks})).axes[0]
-    assert "network" not in ax.get_title()
+    fig = breakdown_figure(frame.assign(**{"network.name": networks}))
+    assert "network" not in fig.get_suptitle()
 
 
 def test_breakdown_takes_the_last_epoch_and_clips_other_at_zero() -> None:
@@ -611,23 +742,25 @@ def test_breakdown_takes_the_last_epoch_and_clips_other_at_zero() -> None:
             "time/comm_exposed_s": [0.6, 0.3, 0.2, 0.4],
         }
     )
-    table = time_per_epoch(frame)
-    assert list(table.index) == ["local_sgd (tau=2)"] and "data_s" not in table.columns
+    table = time_per_epoch(frame, rows=["algorithm.name", "tau"])
+    assert list(table.index) == ["local_sgd"] and "data_s" not in table.columns
     row = table.iloc[0]
     assert row["compute_s"] == pytest.approx((0.75 + 1.0) / 2)
     assert row["comm_exposed_s"] == pytest.approx((0.3 + 0.2) / 2)
     assert row["other_s"] == pytest.approx((0.0 + 0.3) / 2)
     # no comm/ratio logged: exposed / compute of each run
     assert row["comm_ratio"] == pytest.approx((0.6 / 1.5 + 0.4 / 2.0) / 2)
-    ax = breakdown_figure(frame).axes[0]
+    fig = breakdown_figure(frame)
+    ax = fig.axes[0]
     assert [c.get_label() for c in ax.containers] == [
         "compute",
         "exposed communication",
         "other (incl. data loading)",
     ]
     assert [t.get_text() for t in ax.texts] == ["30.0%"]
-    # wall-clock: no `timing` key
+    # wall-clock: no `timing` key; the one tau is said in the title
     assert ax.get_xlabel() == "training time per epoch, wall-clock (s)"
+    assert fig.get_suptitle() == "tau=2"
 
 
 def test_breakdown_without_the_ledger_is_a_user_error(frame: pd.DataFrame) -> None:
@@ -725,3 +858,82 @@ def test_report_on_only_unfinished_runs_says_so(tmp_path: Path) -> None:
     write_run(tmp_path / "r", "osp", 2, 0, 0.6, status="running")
     with pytest.raises(UserError, match="none of the 1 runs"):
         report([tmp_path], tmp_path / "out")
+
+
+# --- like with like -----------------------------------------------------------------------------
+
+
+def test_report_never_pools_runs_that_differ_beyond_the_seed(tmp_path: Path, capsys) -> None:
+    """Issue 12, item 3: `python -m analysis.report A/runs B/runs` over a smoke root and a cpu
+    root printed `sync_sgd 0.723 ± 0.363, n=2`, a tiny CNN averaged with a ResNet-18."""
+    smoke = {"scale__name": "smoke", "model__name": "tiny_cnn", "workers": 2}
+    for seed in (0, 1):
+        write_run(tmp_path / "A" / "runs" / str(seed), "sync_sgd", 1, seed, 0.47, **smoke)
+        write_run(tmp_path / "B" / "runs" / str(seed), "sync_sgd", 1, seed, 0.98 - seed / 100)
+    out = tmp_path / "out"
+    assert (
+        main([str(tmp_path / "A" / "runs"), str(tmp_path / "B" / "runs"), "--out", str(out)]) == 0
+    )
+    stdout = capsys.readouterr().out
+    table = pd.read_csv(out / "table.csv")
+    assert table[["scale.name", "n"]].values.tolist() == [["cpu", 2], ["smoke", 2]]
+    assert table["mean"].tolist() == pytest.approx([0.975, 0.47])
+    lines = stdout.splitlines()
+    assert lines[0].split("|")[1:5] == [
+        " algorithm   ",
+        " tau   ",
+        " scale   ",
+        " final test acc   ",
+    ]
+    assert lines[2].startswith("| sync_sgd    | -     | cpu     | 0.975 ± 0.007")
+    assert lines[3].startswith("| sync_sgd    | -     | smoke   | 0.470 ± 0.000")
+    assert lines[5] == (
+        "note: runs also differ in scale.name, model.name, workers: rows split by scale.name as "
+        "well (never pooled)"
+    )
+    # the figures split them the same way: a panel per scale
+    frame = load_runs(tmp_path / "A" / "runs", tmp_path / "B" / "runs")
+    fig = curves_figure(frame)
+    assert [ax.get_title() for ax in panels(fig)] == ["scale=cpu", "scale=smoke"]
+
+
+def test_tau_less_methods_still_pool_over_tau(tmp_path: Path) -> None:
+    for seed, tau in ((0, 1), (1, 4)):
+        write_run(tmp_path / str(seed), "sync_sgd", tau, seed, 0.9)
+    split = split_rows(load_summaries(tmp_path))
+    assert (split.rows, split.added, split.differing) == (["algorithm.name", "tau"], [], [])
+    assert report([tmp_path], tmp_path / "out")["table"]["n"].tolist() == [2]
+
+
+def test_keys_that_are_not_part_of_a_runs_identity_do_not_split(tmp_path: Path) -> None:
+    for seed, root in ((0, "/data/a"), (1, "/data/b")):
+        write_run(
+            tmp_path / str(seed), "local_sgd", 2, seed, 0.9, dataset__root=root, out_root=root
+        )
+    assert split_rows(load_summaries(tmp_path)).differing == []
+
+
+def test_split_adds_the_fewest_keys_in_priority_order() -> None:
+    runs = pd.DataFrame(
+        {
+            "run_dir": list("abcdef"),
+            "algorithm.name": ["powersgd"] * 4 + ["local_sgd"] * 2,
+            "tau": [1, 1, 1, 1, 2, 2],
+            "seed": [0, 1, 0, 1, 0, 1],
+            "algorithm.rank": [1, 1, 4, 4, None, None],
+            "algorithm.alpha": [None] * 4 + [0.5, 0.5],  # an algorithm's own knob: no news
+            "network.name": ["wan", "wan", "wan", "wan", "ideal", "wan"],
+            "network.bandwidth_gbps": [0.1, 0.1, 0.1, 0.1, 100.0, 0.1],  # fixed by the name
+        }
+    )
+    split = split_rows(runs)
+    assert split.added == ["algorithm.rank", "network.name"]
+    assert split.differing == ["algorithm.rank", "network.name", "network.bandwidth_gbps"]
+    assert run_labels(runs, split.rows).tolist() == [
+        "powersgd (rank=1, network=wan)",
+        "powersgd (rank=1, network=wan)",
+        "powersgd (rank=4, network=wan)",
+        "powersgd (rank=4, network=wan)",
+        "local_sgd (tau=2, network=ideal)",
+        "local_sgd (tau=2, network=wan)",
+    ]
