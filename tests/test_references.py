@@ -18,15 +18,18 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+import algorithms
 from algorithms.comm import Comm
 from algorithms.powersgd import Config as PowerConfig
 from algorithms.powersgd import PowerSGD
+from experiments.models import TinyCNN
 from tests.steps import (
     POWERSGD_CASES,
     flat_params,
     hook_steps,
     matrix_net,
     powersgd_case_batches,
+    rank_batches,
 )
 
 LR, MOMENTUM, WD = 0.05, 0.9, 1e-4
@@ -152,3 +155,298 @@ def test_powersgd_equals_torch_powersgd_hook():
             gap = _trajectory_gap(suite, reference)
             assert gap < 1e-9, (name, gap)
             assert (suite[0] - suite[-1]).abs().max() > 1e-2, name  # training moved
+
+
+# --- sync_sgd against DistributedDataParallel, local_sgd against PeriodicModelAverager ----------
+
+REF_STEPS = 30
+
+
+def _lr(t: int) -> float:
+    return LR if t < 12 else LR / 5  # a decay mid-run
+
+
+def _tiny(seed: int = 0) -> torch.nn.Module:
+    torch.manual_seed(seed)
+    return TinyCNN(in_channels=1, num_classes=4, width=4).double()
+
+
+def _sgd(params) -> torch.optim.SGD:
+    return torch.optim.SGD(params, lr=_lr(0), momentum=MOMENTUM, nesterov=True, weight_decay=WD)
+
+
+def _suite_run(name: str, rank: int, tau: int, steps: int, options: dict | None = None):
+    """The suite's algorithm `name` on TinyCNN: the parameters after every step, and the BN
+    buffers at the end."""
+    model = _tiny()
+    cls = algorithms.REGISTRY[name]
+    cfg = algorithms.make_config(name, options or {})
+    opt = cls.local_optimizer(
+        cfg, model, lr=_lr(0), momentum=MOMENTUM, nesterov=True, weight_decay=WD
+    )
+    algo = cls(model, opt, Comm(), cfg, tau=tau)
+    _, params = hook_steps(algo, model, opt, rank_batches(rank, steps), lr=_lr)
+    return params, [b.clone() for b in model.buffers()]
+
+
+def _torch_runs(rank: int, world_size: int) -> dict:
+    from torch.distributed.algorithms.model_averaging.averagers import PeriodicModelAverager
+    from torch.nn.parallel import DistributedDataParallel
+
+    batches = rank_batches(rank, REF_STEPS)
+    out = {"sync_sgd": _suite_run("sync_sgd", rank, 1, REF_STEPS)}
+
+    # DDP: its reducer averages the gradients in buckets during backward; BN buffers stay local
+    # as in the suite (broadcast_buffers=False)
+    model = _tiny()
+    ddp = DistributedDataParallel(model, broadcast_buffers=False)
+    opt = _sgd(ddp.parameters())
+    params = []
+    for t, (x, y) in enumerate(batches):
+        for group in opt.param_groups:
+            group["lr"] = _lr(t)
+        opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+        params.append(flat_params(model))
+    out["ddp"] = (params, [b.clone() for b in model.buffers()])
+
+    # local_sgd against PeriodicModelAverager: torch's averager averages at its step counts s
+    # with s >= warmup_steps and (s - warmup_steps) % period == 0 (counting calls from 0); with
+    # warmup_steps = tau - 1 that is after local steps tau, 2 tau, ...: the suite's round ends
+    tau = 3
+    out["local_sgd"] = _suite_run("local_sgd", rank, tau, REF_STEPS)
+    model = _tiny()
+    opt = _sgd(model.parameters())
+    averager = PeriodicModelAverager(period=tau, warmup_steps=tau - 1)
+    params = []
+    for t, (x, y) in enumerate(batches):
+        for group in opt.param_groups:
+            group["lr"] = _lr(t)
+        opt.zero_grad()
+        F.cross_entropy(model(x), y).backward()
+        opt.step()
+        averager.average_parameters(model.parameters())
+        params.append(flat_params(model))
+    out["averager"] = (params, [b.clone() for b in model.buffers()])
+    return out
+
+
+@pytest.fixture(scope="module")
+def torch_runs():
+    from tests.workers import run_workers
+
+    return run_workers(_torch_runs, 2)
+
+
+@pytest.mark.dist
+@pytest.mark.parametrize("suite, reference", [("sync_sgd", "ddp"), ("local_sgd", "averager")])
+def test_equals_torch_bit_for_bit(torch_runs, suite, reference):
+    for out in torch_runs:
+        (ours, our_buffers), (theirs, their_buffers) = out[suite], out[reference]
+        assert len(ours) == len(theirs) == REF_STEPS
+        for t, (a, b) in enumerate(zip(ours, theirs, strict=True)):
+            assert torch.equal(a, b), (suite, t, (a - b).abs().max().item())
+        assert all(torch.equal(a, b) for a, b in zip(our_buffers, their_buffers, strict=True))
+        assert (ours[0] - ours[-1]).abs().max() > 1e-3  # training moved
+    # local SGD: the workers differ between rounds, so the averaging is what makes them agree
+    a, b = torch_runs[0]["local_sgd"][0], torch_runs[1]["local_sgd"][0]
+    assert (a[3] - b[3]).abs().max() > 1e-6 and torch.equal(a[5], b[5])
+
+
+# --- a hand port of the reference repository (JYWa/Overlap_Local_SGD, distoptim/) ---------------
+#
+# Written as the reference writes it (comm_helpers.py; distoptim/EASGD.py, CoCoDSGD.py,
+# OverlapLocalSGD.py, HEAD 93ff6b7), with two changes:
+# - threads: the reference's `average()` ends with `buf_ready.set()`, which makes its daemon
+#   thread all-reduce `comm_buf` in place, and the next `average()` starts with
+#   `comm_finish.wait()`. Nothing touches `comm_buf` in between, so the port all-reduces it at
+#   once, blocking (`_launch`): the same values at the next round.
+# - rounds: the reference tests `itr != 0 and itr % cp == 0` with `itr` counting calls from 0,
+#   so its first round is cp + 1 steps long. The port's counter starts at 1 (`itr = 1`): the test
+#   then holds after local steps cp, 2 cp, ..., the suite's round ends.
+# EASGD's `average()` also loses its `if req:` block (the released code's NameError).
+
+
+def ref_flatten_tensors(tensors):
+    if len(tensors) == 1:
+        return tensors[0].view(-1).clone()
+    flat = torch.cat([t.view(-1) for t in tensors], dim=0)
+    return flat
+
+
+def ref_unflatten_tensors(flat, tensors):
+    outputs = []
+    offset = 0
+    for tensor in tensors:
+        numel = tensor.numel()
+        outputs.append(flat.narrow(0, offset, numel).view_as(tensor))
+        offset += numel
+    return tuple(outputs)
+
+
+def ref_communicate(tensors, communication_op):
+    flat_tensor = ref_flatten_tensors(tensors)
+    communication_op(tensor=flat_tensor)
+    for f, t in zip(ref_unflatten_tensors(flat_tensor, tensors), tensors, strict=True):
+        t.set_(f)
+
+
+class _RefOptimizer(torch.optim.Optimizer):
+    """The constructor and `step()` shared verbatim by the reference's optimizers."""
+
+    def __init__(self, params, alpha, tau, size, lr, momentum=0, dampening=0, weight_decay=0,
+                 nesterov=False, gmf=0):  # fmt: skip
+        self.alpha = alpha
+        self.gmf = gmf
+        self.size = size
+        self.comm_buf = []
+        self.itr = 1  # the reference: 0 (see above)
+        self.cp = tau
+        defaults = dict(lr=lr, momentum=momentum, dampening=dampening,
+                        weight_decay=weight_decay, nesterov=nesterov)  # fmt: skip
+        super().__init__(params, defaults)
+        for group in self.param_groups:
+            for p in group["params"]:
+                param_state = self.state[p]
+                buf = param_state["anchor_model"] = torch.clone(p.data).detach()
+                self.comm_buf.append(buf)
+
+    def step(self, closure=None):
+        for group in self.param_groups:
+            weight_decay = group["weight_decay"]
+            momentum = group["momentum"]
+            dampening = group["dampening"]
+            nesterov = group["nesterov"]
+            for p in group["params"]:
+                if p.grad is None:
+                    continue
+                d_p = p.grad.data
+                if weight_decay != 0:
+                    d_p.add_(p.data, alpha=weight_decay)
+                if momentum != 0:
+                    param_state = self.state[p]
+                    if "momentum_buffer" not in param_state:
+                        buf = param_state["momentum_buffer"] = torch.clone(d_p).detach()
+                    else:
+                        buf = param_state["momentum_buffer"]
+                        buf.mul_(momentum).add_(d_p, alpha=1 - dampening)
+                    if nesterov:
+                        d_p = d_p.add(buf, alpha=momentum)
+                    else:
+                        d_p = buf
+                p.data.add_(d_p, alpha=-group["lr"])
+
+    def _launch(self):  # the thread's body, at once: communicate(buff, dist.all_reduce)
+        import torch.distributed as dist
+
+        ref_communicate(self.comm_buf, dist.all_reduce)
+
+
+class RefEASGD(_RefOptimizer):
+    def average(self):
+        step_flag = self.itr != 0 and self.itr % self.cp == 0
+        self.itr += 1
+        if step_flag:
+            beta = 1 / self.size - self.alpha - self.alpha**2 / (1 - self.alpha)
+            gamma = self.alpha / (1 - self.alpha)
+            for group in self.param_groups:
+                for p in group["params"]:
+                    param_state = self.state[p]
+                    buf = param_state["anchor_model"]
+                    p.data.mul_(1 - self.alpha).add_(buf, alpha=self.alpha)
+                    buf.mul_(beta).add_(p.data, alpha=gamma)
+            self._launch()
+
+
+class RefCoCoDSGD(_RefOptimizer):
+    def average(self):
+        step_flag = self.itr != 0 and self.itr % self.cp == 0
+        self.itr += 1
+        if step_flag:
+            for group in self.param_groups:
+                for p in group["params"]:
+                    param_state = self.state[p]
+                    old_data = param_state["anchor_model"]
+                    if "local_anchor_model" not in param_state:
+                        param_state["local_anchor_model"] = torch.clone(old_data).detach()
+                    buf = param_state["local_anchor_model"]
+                    # update(anchor)
+                    old_data.add_(p.data).sub_(buf)
+                    # update training params
+                    p.data.copy_(old_data)
+                    # update local_anchor_model
+                    buf.copy_(old_data)
+                    old_data.div_(self.size)
+            self._launch()
+
+
+class RefOverlapLocalSGD(_RefOptimizer):
+    def average(self):
+        step_flag = self.itr != 0 and self.itr % self.cp == 0
+        self.itr += 1
+        if step_flag:
+            for group in self.param_groups:
+                lr = group["lr"]
+                for p in group["params"]:
+                    param_state = self.state[p]
+                    old_data = param_state["anchor_model"]
+                    p.data.mul_(1 - self.alpha).add_(old_data, alpha=self.alpha)
+                    if "global_momentum_buffer" not in param_state:
+                        buf = param_state["global_momentum_buffer"] = torch.clone(p.data).detach()
+                        buf.sub_(old_data)
+                        buf.div_(-lr)
+                    else:
+                        buf = param_state["global_momentum_buffer"]
+                        buf.mul_(self.gmf).sub_(p.data, alpha=1 / lr).add_(old_data, alpha=1 / lr)
+                    old_data.add_(buf, alpha=-lr)
+                    old_data.div_(self.size)
+            self._launch()
+
+
+PORT_STEPS, PORT_TAU = 14, 3  # rounds end after steps 3, 6, 9, 12; the LR decays at step 12
+PORTS = {
+    # suite name: (suite options, reference class, its alpha, its gmf, local momentum)
+    "easgd": ({"alpha": 0.2}, RefEASGD, 0.2, 0.0, 0.0),
+    "eamsgd": ({"alpha": 0.2}, RefEASGD, 0.2, 0.0, MOMENTUM),
+    "cocod_sgd": ({}, RefCoCoDSGD, 0.0, 0.0, MOMENTUM),
+    "overlap_local_sgd": ({"alpha": 0.6, "beta": 0.7}, RefOverlapLocalSGD, 0.6, 0.7, MOMENTUM),
+}
+
+
+def _port_runs(rank: int, world_size: int) -> dict:
+    out = {}
+    batches = rank_batches(rank, PORT_STEPS)
+    for name, (options, ref_cls, alpha, gmf, momentum) in PORTS.items():
+        suite, _ = _suite_run(name, rank, PORT_TAU, PORT_STEPS, options)
+        model = _tiny()
+        opt = ref_cls(model.parameters(), alpha=alpha, tau=PORT_TAU, size=world_size,
+                      lr=_lr(0), momentum=momentum, weight_decay=WD, nesterov=momentum > 0,
+                      gmf=gmf)  # fmt: skip
+        reference = []
+        for t, (x, y) in enumerate(batches):  # the reference's train(): lr, step, average
+            for group in opt.param_groups:
+                group["lr"] = _lr(t)
+            opt.zero_grad()
+            F.cross_entropy(model(x), y).backward()
+            opt.step()
+            opt.average()
+            reference.append(flat_params(model))
+        out[name] = (suite, reference)
+    return out
+
+
+@pytest.mark.dist
+def test_equals_a_hand_port_of_the_reference_code():
+    from tests.workers import run_workers
+
+    results = run_workers(_port_runs, 2)
+    for name in PORTS:
+        for out in results:
+            suite, reference = out[name]
+            gap = max((a - b).abs().max().item() for a, b in zip(suite, reference, strict=True))
+            assert gap < 1e-12, (name, gap)
+            assert (suite[0] - suite[-1]).abs().max() > 1e-3, name  # training moved
+        # the rounds communicated: the workers' models depend on each other's data
+        a, b = results[0][name][0], results[1][name][0]
+        assert (a[-1] - b[-1]).abs().max() > 1e-6, name
