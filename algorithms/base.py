@@ -14,7 +14,11 @@ and at the end `finish()`. Evaluation calls `eval_model()`.
   reference code's first round is one step longer; algorithms.md calls that an off-by-one).
 - `finish()`: drain pending collectives and leave identical consensus parameters on every
   worker (algorithms.md section 11, identity 6).
-- `eval_model()`: the model whose consensus is evaluated (EASGD: the centre variable).
+- `eval_model()`: the model whose consensus is evaluated (EASGD: the centre variable; OSP/LOSP:
+  the parameter-server model w). `eval_needs_fresh_bn()` True: its BatchNorm running statistics
+  were never computed on its weights (no worker trained those weights), so the evaluation
+  recomputes them on a fixed set of this worker's training batches first
+  (experiments/evaluate.py).
 
 The local optimizer is a plain `torch.optim.SGD`, built by `local_optimizer()` from the config;
 an algorithm never re-implements it, but may change its settings there (EASGD runs plain SGD
@@ -112,6 +116,11 @@ class Algorithm:
 
     def eval_model(self) -> torch.nn.Module:
         return self.model
+
+    def eval_needs_fresh_bn(self) -> bool:
+        """Whether `eval_model()`'s BatchNorm statistics must be recomputed before it is
+        evaluated (its weights are not any worker's, e.g. EASGD's centre)."""
+        return False
 
     def metrics(self) -> dict[str, float]:
         """Algorithm-specific values to log at evaluation time (`algo/...`)."""

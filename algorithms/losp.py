@@ -35,7 +35,8 @@ State: OSP's (`global_model`, `base`, `num_round_steps`, `num_pushes`, `num_roun
 
 Deviations from the paper and the reference code: all of OSP's (algorithms/osp.py: PS computed
 with collectives, one control value per push, collective `drain()`, `finish()` pushes all and
-sets x = w, windows decided by `Pending.is_completed()` on the run's clock),
+sets x = w, windows decided by `Pending.is_completed()` on the run's clock, the evaluated model
+is w, not the compensated local models, and trajectories depend on `eval_every`),
 and [I]: the compensation rule itself and its two alternatives (`none`, `gradient`) are
 interpretations; `gradient` borrows DC-ASGD's lam * g*g*(w_new - w_old) with the progress A in
 place of the gradient; `finish()` ends on the consensus w, not on a compensated model.

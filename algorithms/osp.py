@@ -79,6 +79,16 @@ Deviations from the paper and the reference code (all [I]):
   aggregate that is already there gives an empty window). W = 0 waits at once.
 - Momentum buffers are the local torch SGD's and are never averaged or reset; BatchNorm
   running statistics are never communicated (as all repo algorithms).
+- Evaluation: `eval_model()` is the parameter-server model w (the PS semantics' model; the
+  local x_i hold unpushed progress, and LOSP's are compensated), with this worker's BN buffers
+  (then averaged over the workers, as for every consensus model). w is the same on every rank
+  after the loop's `drain()` / `finish()`. The local models are `test/acc_local`.
+- Trajectories depend on `eval_every`: the evaluation's bookkeeping collectives need every
+  rank at rest, so each evaluation point drains (a collective `drain()`: the push in flight is
+  received at once, which ends the overlap window early, and the drain's own push costs
+  modeled time). Removing that would need the evaluation to run beside pushes that start at
+  rank-dependent steps, which deadlocks on one process group (see above) and mixes w_r and
+  w_{r+1} across ranks; the presets evaluate every epoch, and results hold for that.
 - Arrival is `Pending.is_completed()` on the run's clock (timing.md): with `timing=real` the
   collective has completed (and, with `emulate_network`, its modeled duration has passed);
   with `timing=virtual` the worker's virtual clock has reached the modeled completion, so with
@@ -91,12 +101,13 @@ window) and `window_steps` (mean window length), this worker's values.
 
 from __future__ import annotations
 
+import copy
 from dataclasses import dataclass
 
 import torch
 
 from algorithms.base import Algorithm
-from algorithms.comm import Pending
+from algorithms.comm import Pending, copy_into_, flatten
 
 COMPENSATIONS = ("delta", "none", "gradient")
 
@@ -252,6 +263,15 @@ class OSP(Algorithm):
                 p.copy_(w)
                 b.copy_(w)
         self.num_round_steps = 0
+
+    def eval_model(self) -> torch.nn.Module:
+        """A copy of the model whose parameters are w (identical on every rank once drained)
+        and whose BN buffers are this worker's."""
+        if self.pending is not None:
+            raise RuntimeError("OSP/LOSP evaluate w only after drain(): a push is in flight")
+        model = copy.deepcopy(self.model)
+        copy_into_([p for p in model.parameters() if p.requires_grad], flatten(self.global_model))
+        return model
 
     def state_dict(self) -> dict:
         if self.pending is not None:

@@ -12,16 +12,24 @@ Weight decay and momentum are applied by the local `torch.optim.SGD` *after* ave
 the parameters are identical on every worker (they start equal and receive the same update),
 the momentum buffer is global and nothing is stale. BatchNorm running statistics stay local.
 
+A parameter without a gradient (unused in this step's forward) takes part with a zero gradient,
+as in PowerSGD, so every worker sends the same flat buffer.
+
 Deviations: the gradient average is a separate blocking collective after backward (one per step,
-counted in the ledger) rather than DDP's bucketed all-reduce overlapped with backward.
+counted in the ledger) rather than DDP's bucketed all-reduce overlapped with backward. Checked
+bit for bit against `torch.nn.parallel.DistributedDataParallel` (tests/test_references.py).
 """
 
 from __future__ import annotations
+
+import torch
 
 from algorithms.base import Algorithm
 
 
 class SyncSGD(Algorithm):
     def before_step(self, t: int) -> None:
-        grads = [p.grad for p in self.params]
-        self.comm.mean_(grads)
+        for p in self.params:
+            if p.grad is None:  # an unused parameter still takes part in the collective
+                p.grad = torch.zeros_like(p)
+        self.comm.mean_([p.grad for p in self.params])

@@ -4,7 +4,14 @@
   buffers (BatchNorm running mean/var) are averaged over the workers; identical on every worker,
   so each evaluates a disjoint 1/m of the test set and the counts are summed.
 - local: each worker's own model (own BN statistics) on the whole test set; the accuracies are
-  averaged over workers (the reference code's per-rank number, algorithms.md section 9).
+  averaged over workers (the reference code's per-rank number, algorithms.md section 9). The
+  last evaluation takes it before `finish()` (the loop passes `local_counts`), since `finish()`
+  replaces the local models by the consensus.
+- fresh BatchNorm statistics: when the algorithm says its eval model's statistics were never
+  computed on its weights (`Algorithm.eval_needs_fresh_bn`, e.g. EASGD's centre), each worker
+  recomputes them on the same fixed `BN_BATCHES` batches of its own training shard
+  (`fixed_batches`) before the averaging, so the consensus holds statistics pooled over
+  m * BN_BATCHES batches (`recompute_bn_`).
 
 These collectives are bookkeeping (`account=False`): they are not part of any algorithm.
 """
@@ -15,8 +22,21 @@ import copy
 
 import torch
 import torch.nn.functional as F
+from torch.optim.swa_utils import update_bn
 
 from algorithms.comm import Comm
+
+# Training batches per worker on which an eval model's BatchNorm statistics are recomputed.
+# Why 20: at the paper's scale (16 workers, batch 128, 25 batches per shard) the pooled
+# estimate covers 40,960 samples, about 80% of CIFAR-10's training set, well above the ~10^4
+# samples that precise-BN estimates need (Wu & Johnson 2021, "Rethinking 'Batch' in
+# BatchNorm"), for 20 forward passes per evaluation (less than one epoch's, and evaluation is
+# not training time); at the cpu scale a digits shard has fewer whole batches (11 of 32) and all
+# of them are used.
+BN_BATCHES = 20
+# The seed of the fixed draw (any constant: the set must be the same at every evaluation and in
+# a resumed run).
+BN_SEED = 0
 
 
 @torch.no_grad()
@@ -37,6 +57,35 @@ def loss_and_correct(
     return loss_sum, correct, count
 
 
+def fixed_batches(
+    dataset, batch_size: int, num_batches: int = BN_BATCHES, seed: int = BN_SEED
+) -> list[torch.Tensor]:
+    """The inputs of `num_batches` batches of `batch_size` samples of `dataset` (this worker's
+    shard), or of as many whole batches as it holds (a smaller last batch would weigh as much as
+    a full one in the cumulative average; a shard smaller than one batch is one batch): a random
+    draw without replacement from a generator seeded `seed`, the training transforms
+    (augmentation) applied under a forked global RNG seeded `seed` too. Deterministic, and
+    neither the training's RNG streams nor its data order are touched (a resumed run draws the
+    same set)."""
+    n = min(len(dataset), num_batches * batch_size)
+    if n >= batch_size:
+        n -= n % batch_size
+    order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[:n]
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(seed)
+        xs = [torch.as_tensor(dataset[i][0]) for i in order.tolist()]
+    return [torch.stack(xs[k : k + batch_size]) for k in range(0, n, batch_size)]
+
+
+def recompute_bn_(
+    model: torch.nn.Module, batches: list[torch.Tensor], device: torch.device, dtype: torch.dtype
+) -> None:
+    """In place: reset `model`'s BatchNorm running statistics and recompute them as the
+    cumulative average over `batches` (torch's `swa_utils.update_bn`: train-mode forward
+    passes with momentum None; other modules' state and the training mode are kept)."""
+    update_bn([x.to(device, dtype=dtype) for x in batches], model)
+
+
 def consensus_copy(model: torch.nn.Module, comm: Comm) -> torch.nn.Module:
     """A copy of `model` with parameters and float buffers averaged over the workers."""
     avg = copy.deepcopy(model)
@@ -54,12 +103,26 @@ def evaluate(
     test_shard,
     device: torch.device,
     dtype: torch.dtype,
+    *,
+    bn_batches: list[torch.Tensor] | None = None,
+    local_counts: tuple[float, int, int] | None = None,
 ) -> dict[str, float]:
+    """The test metrics of the consensus of `eval_model` and of the local models.
+
+    bn_batches: recompute `eval_model`'s BatchNorm statistics on them first (on a copy).
+    local_counts: `loss_and_correct(local_model, test_full)` taken earlier (the last evaluation
+    takes it before `finish()`); None: computed here.
+    """
+    if bn_batches is not None:
+        eval_model = copy.deepcopy(eval_model)
+        recompute_bn_(eval_model, bn_batches, device, dtype)
     consensus = consensus_copy(eval_model, comm)
     c_loss, c_correct, c_count = comm.sum_scalars(
         loss_and_correct(consensus, test_shard, device, dtype)
     )
-    l_loss, l_correct, l_count = loss_and_correct(local_model, test_full, device, dtype)
+    if local_counts is None:
+        local_counts = loss_and_correct(local_model, test_full, device, dtype)
+    l_loss, l_correct, l_count = local_counts
     m = comm.world_size
     acc_local_sum, loss_local_sum = comm.sum_scalars([l_correct / l_count, l_loss / l_count])
     return {

@@ -8,9 +8,9 @@
         algo.before_step(t) -> optimizer.step() -> algo.after_step(t)
                                                              (... minus time/comm_exposed_s)
         (between steps: the stop poll, see below)
-    every `eval_every` epochs and after the last: algo.drain() (algo.finish() the last time),
-    then evaluate (time/eval_s, not training time); then, every `checkpoint_every` epochs or
-    when the workers agree to stop, a checkpoint
+    every `eval_every` epochs and after the last: algo.drain() (the last time: the local models
+    are evaluated, then algo.finish()), then evaluate (time/eval_s, not training time); then,
+    every `checkpoint_every` epochs or when the workers agree to stop, a checkpoint
 
 Time is kept on the run's clock (experiments/clock.py): wall-clock, or a deterministic virtual
 clock on which collectives complete at their modeled times. Training time excludes evaluation
@@ -40,7 +40,7 @@ import torch.nn.functional as F
 from algorithms.base import Algorithm
 from algorithms.comm import Comm
 from experiments.checkpoint import Stopper
-from experiments.evaluate import evaluate
+from experiments.evaluate import evaluate, fixed_batches, loss_and_correct
 from experiments.faults import Fault
 from experiments.records import write_json_atomic
 from experiments.schedule import lr_at
@@ -127,6 +127,7 @@ def train(
     heartbeat.beat(pos.step)
     status, diverged, diverged_at = "completed", False, math.inf
     losses = LossMeter(device, pos.loss_sum, pos.first_bad_step)
+    bn_batches = None  # evaluate.fixed_batches of this worker's shard, drawn when first needed
 
     def checkpoint(reason: str) -> None:
         pos.loss_sum, pos.first_bad_step = losses.read()
@@ -203,17 +204,27 @@ def train(
         # matched against another worker's push. The last evaluation sees the consensus.
         t0 = time.perf_counter()
         exposed_before = ledger.exposed_s
+        local_counts, local_s = None, 0.0
         if last:
+            # The reference's number, each worker's own model, before finish() replaces the
+            # local models by the consensus (evaluation time, not training time). Local: no
+            # collective, so nothing needs draining first; on the real clock a collective still
+            # in flight may complete meanwhile (its wait in finish() then exposes less).
+            _synchronize(device)
+            t_local = time.perf_counter()
+            local_counts = loss_and_correct(model, test_full, device, settings.dtype)
+            local_s = time.perf_counter() - t_local
             algo.finish()
         else:
             algo.drain()
         _synchronize(device)  # an accelerator's queued steps belong to this epoch's time
         t1 = time.perf_counter()
+        times.eval_s += local_s
         if clock.virtual:
             times.train_s = clock.now()
         else:
-            times.compute_s += (t1 - t0) - (ledger.exposed_s - exposed_before)
-            times.train_s += t1 - t0
+            times.compute_s += (t1 - t0 - local_s) - (ledger.exposed_s - exposed_before)
+            times.train_s += t1 - t0 - local_s
 
         # Divergence is a result: the workers agree on the first step at which any of them saw
         # a non-finite loss, and stop together.
@@ -224,12 +235,22 @@ def train(
         train_loss = train_loss_sum / max(train_steps, 1)
         losses.reset_sum()
         pos.loss_sum, pos.loss_steps = 0.0, 0
+        if algo.eval_needs_fresh_bn() and bn_batches is None:
+            bn_batches = fixed_batches(train_loader.dataset, train_loader.batch_size)
         row = {
             "epoch": epoch + 1,
             "train/loss": train_loss,
             "lr": pos.lr,
             **evaluate(
-                model, algo.eval_model(), comm, test_full, test_shard, device, settings.dtype
+                model,
+                algo.eval_model(),
+                comm,
+                test_full,
+                test_shard,
+                device,
+                settings.dtype,
+                bn_batches=bn_batches if algo.eval_needs_fresh_bn() else None,
+                local_counts=local_counts,
             ),
         }
         times.eval_s += time.perf_counter() - t1

@@ -1,8 +1,16 @@
 """Learning-rate schedule of the reference code (algorithms.md section 9), as a pure function.
 
     peak   = lr * batch_size * workers / 128          (base LR per 128 samples, linear scaling)
-    warmup : linear per iteration from lr to peak over `warmup_epochs`
+    warmup : linear per iteration from lr to peak over `warmup_epochs`:
+             lr + (peak - lr) * (step + 1) / warmup_steps for step < warmup_steps
     then   : peak * lr_decay ** (number of decay epochs reached)
+
+The warm-up is the reference's `update_learning_rate` (JYWa/Overlap_Local_SGD,
+train_LocalSGD.py): `count = epoch * itr_per_epoch + itr + 1`, so its first iteration already
+takes one increment and its last warm-up iteration runs at the peak; and when the peak is not
+above the base LR (`target_lr <= args.lr`) it uses the peak from the first iteration, without a
+ramp; no decay applies inside the warm-up. The reference's warm-up always lasts 5 epochs; here
+`warmup_epochs` (0 = none).
 
 Decay epochs are `round(f * epochs)` for f in `lr_decay_at`, so that [0.5, 5/6] of 300 epochs
 gives 150 and 250 (the paper) and the same fractions scale to shorter runs; the decay applies
@@ -38,8 +46,11 @@ def lr_at(
     """The LR in force for local step `step` (0-based, counted across epochs)."""
     peak = peak_lr(lr, batch_size, workers)
     warmup_steps = warmup_epochs * steps_per_epoch
-    if step < warmup_steps:
-        return lr + (peak - lr) * step / warmup_steps
+    if step < warmup_steps:  # as the reference, no decay inside the warm-up
+        if peak <= lr:
+            return peak
+        # the reference's count = itr + 1; min(): a fractional warm-up never overshoots the peak
+        return lr + (peak - lr) * min(step + 1, warmup_steps) / warmup_steps
     epoch = step // steps_per_epoch
     reached = sum(epoch >= e for e in decay_epochs(lr_decay_at, epochs))
     return peak * lr_decay**reached

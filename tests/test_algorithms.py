@@ -81,6 +81,44 @@ def test_local_sgd_replicas_equal_right_after_each_sync_only():
         assert_model_sized(r[3], syncs, numel)
 
 
+class _WithUnused(torch.nn.Module):
+    """A linear model with a parameter its forward never uses."""
+
+    def __init__(self):
+        super().__init__()
+        self.used = torch.nn.Linear(3, 1).double()
+        self.unused = torch.nn.Parameter(torch.ones(2, dtype=torch.float64))
+
+    def forward(self, x):
+        return self.used(x)
+
+
+def _sync_with_unused_parameter(rank: int, world_size: int):
+    torch.manual_seed(0)
+    model = _WithUnused()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, weight_decay=0.5)
+    algo = algorithms.build("sync_sgd", {}, model, opt, Comm(), 1)
+    x = torch.full((4, 3), float(rank + 1), dtype=torch.float64)
+    opt.zero_grad(set_to_none=True)
+    (model(x) ** 2).sum().backward()
+    assert model.unused.grad is None
+    algo.before_step(0)
+    grads = (model.used.weight.grad.clone(), model.unused.grad.clone())
+    opt.step()
+    return grads, model.unused.detach().clone(), algo.comm.ledger.collectives
+
+
+@pytest.mark.dist
+def test_sync_sgd_zero_fills_a_parameter_without_gradient():
+    from tests.workers import run_workers
+
+    (g0, u0, c0), (g1, u1, c1) = run_workers(_sync_with_unused_parameter, 2)
+    assert torch.equal(g0[0], g1[0])  # the used gradient is averaged
+    assert torch.equal(g0[1], torch.zeros(2, dtype=torch.float64))  # zero, not a crash
+    assert torch.equal(u0, torch.full((2,), 1 - 0.1 * 0.5, dtype=torch.float64))  # decay only
+    assert torch.equal(u0, u1) and c0 == c1 == 1
+
+
 def _momentum_after_sync(rank: int, world_size: int, mode: str):
     torch.manual_seed(0)
     model = torch.nn.Linear(3, 1).double()

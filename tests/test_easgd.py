@@ -81,6 +81,30 @@ def test_config_rejects_bad_alpha(alpha):
         Config(alpha=alpha)
 
 
+def test_centre_bn_config_and_fresh_statistics():
+    with pytest.raises(ValueError, match="algorithm.centre_bn must be one of recompute, average"):
+        Config(centre_bn="stale")
+    model = torch.nn.Linear(2, 1)
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    comm = SimpleNamespace(world_size=4)
+    for cls in VARIANTS.values():
+        assert cls(model, opt, comm, Config(), tau=2).eval_needs_fresh_bn()  # the default
+        assert not cls(model, opt, comm, Config(centre_bn="average"), tau=2).eval_needs_fresh_bn()
+
+
+def test_yaml_keys_equal_config_fields():
+    import dataclasses
+    from pathlib import Path
+
+    import yaml
+
+    conf = Path(__file__).resolve().parents[1] / "conf" / "algorithm"
+    for name in VARIANTS:
+        node = yaml.safe_load((conf / f"{name}.yaml").read_text())
+        assert node.pop("name") == name
+        assert node == dataclasses.asdict(Config())
+
+
 def test_check_rejects_unstable_centre_update():
     with pytest.raises(ValueError) as e:
         EASGD.check(Config(alpha=0.1), {"workers": 16})

@@ -303,8 +303,18 @@ def _protocol_runs(rank: int, world_size: int):
     with pytest.raises(RuntimeError, match="drain"):  # a push may be in flight: no snapshot
         algo._push([torch.zeros_like(p) for p in algo.params], regular=False)
         algo.state_dict()
+    with pytest.raises(RuntimeError, match="drain"):  # ... and no evaluation of w
+        algo.eval_model()
     algo._receive()
     algo.drain()  # where the loop checkpoints OSP/LOSP: after a drain on every rank
+    evaluated = algo.eval_model()  # where the loop evaluates: w, with this worker's BN buffers
+    out["evaluated"] = (
+        flat_params(evaluated),
+        torch.cat([w.reshape(-1) for w in algo.global_model]),
+        flat_params(model),
+        all(torch.equal(a, b) for a, b in zip(evaluated.buffers(), model.buffers(), strict=True)),
+        algo.eval_needs_fresh_bn(),
+    )
     state = algo.state_dict()
     model2, opt2 = copy.deepcopy(model), None
     opt_state = copy.deepcopy(opt.state_dict())
@@ -351,6 +361,13 @@ def test_finish_drain_consensus_bytes_and_round_trip_with_uneven_windows():
         assert set(metrics) == {"local_steps", "window_steps"}
         assert metrics["local_steps"] == pytest.approx(2 + metrics["window_steps"])
         assert 0 <= metrics["window_steps"] <= 8  # max_overlap_steps = 4 * tau
+
+    # the evaluated model is the parameter-server model w (the same on both ranks after the
+    # drain), not the local model x = w - A that LOSP holds; BN buffers: this worker's
+    (e0, w0, x0, own0, fresh0), (e1, w1, x1, own1, _) = r0["evaluated"], r1["evaluated"]
+    assert torch.equal(e0, w0) and torch.equal(e1, w1) and torch.equal(w0, w1)
+    assert (x0 - w0).abs().max() > 1e-6 and (x1 - w1).abs().max() > 1e-6
+    assert own0 and own1 and not fresh0
 
     # (d) state_dict -> fresh object -> load_state_dict -> the same next steps
     for r in (r0, r1):

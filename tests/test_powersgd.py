@@ -1,6 +1,8 @@
 """PowerSGD (algorithms/powersgd.py): the math on hand-computed tensors, the closed form of the
 bytes sent, and real gloo runs for the identity with sync SGD (algorithms.md section 11 #2),
-replicas, the ledger and the state round trip."""
+invariance to the scale of the initial factors when the rank exceeds a gradient's rank,
+replicas, the ledger and the state round trip. The comparison with torch's `powerSGD_hook` is in
+tests/test_references.py."""
 
 from __future__ import annotations
 
@@ -15,13 +17,22 @@ from algorithms.powersgd import (
     PowerSGD,
     draw_queries,
     floats_per_step,
+    orthonormalize,
     orthonormalize_columns,
     power_step,
     split_bn_params,
 )
 from algorithms.sync_sgd import SyncSGD
 from experiments.models import ResNet18, TinyCNN
-from tests.steps import flat_params, hook_steps, max_spread, rank_batches
+from tests.steps import (
+    POWERSGD_CASES,
+    flat_params,
+    hook_steps,
+    matrix_net,
+    max_spread,
+    powersgd_case_batches,
+    rank_batches,
+)
 
 STEPS = 10
 TINY_SHAPES = [(4, 1, 3, 3), (4,), (4,), (8, 4, 3, 3), (8,), (8,), (4, 8), (4,)]
@@ -32,9 +43,11 @@ TINY_SHAPES = [(4, 1, 3, 3), (4,), (4,), (8, 4, 3, 3), (8,), (8,), (4, 8), (4,)]
 
 def test_orthonormalize_columns_by_hand_and_orthonormal():
     out = orthonormalize_columns(torch.tensor([[3.0, 1.0], [4.0, 2.0]], dtype=torch.float64))
-    # col 1 = [3, 4] / 5; col 2 = [1, 2] - 2.2 * [0.6, 0.8] = [-0.32, 0.24], norm 0.4
+    # col 1 = [3, 4] / 5; col 2 = [1, 2] - 2.2 * [0.6, 0.8] = [-0.32, 0.24], norm 0.4 (QR: up to
+    # the sign of each column)
     expected = torch.tensor([[0.6, -0.8], [0.8, 0.6]], dtype=torch.float64)
-    assert torch.allclose(out, expected, atol=1e-15)
+    signs = torch.sign((out * expected).sum(dim=0))
+    assert torch.allclose(out * signs, expected, atol=1e-15)
     p = torch.randn(7, 3, generator=torch.Generator().manual_seed(0), dtype=torch.float64)
     before = p.clone()
     u = orthonormalize_columns(p)
@@ -43,13 +56,31 @@ def test_orthonormalize_columns_by_hand_and_orthonormal():
     assert torch.equal(p, before)  # pure: the input is not modified
 
 
-def test_orthonormalize_columns_keeps_a_zero_column_zero():
+def test_orthonormalize_completes_a_rank_deficient_basis():
+    """A column with no signal (here: zero, or in the span of the others) still comes out as a
+    unit vector orthogonal to the rest; Gram-Schmidt with max(norm, eps) left it zero, and with
+    (norm + eps) a vector of arbitrary length."""
     p = torch.tensor([[1.0, 0.0, 2.0], [1.0, 0.0, 0.0], [0.0, 0.0, 1.0]], dtype=torch.float64)
+    dependent = torch.tensor([[1.0, 2.0], [2.0, 4.0], [0.0, 0.0]], dtype=torch.float64)
+    for m in (p, dependent):
+        u = orthonormalize_columns(m)
+        assert torch.isfinite(u).all()
+        assert torch.allclose(u.T @ u, torch.eye(m.shape[1], dtype=torch.float64), atol=1e-14)
+        assert torch.allclose(u @ (u.T @ m), m, atol=1e-14)  # the projection keeps P
     u = orthonormalize_columns(p)
-    assert torch.isfinite(u).all()
-    assert torch.count_nonzero(u[:, 1]) == 0
-    assert torch.allclose(u[:, 0], torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64) / 2**0.5)
-    assert abs(u[:, 2].norm().item() - 1) < 1e-14 and abs(u[:, 0] @ u[:, 2]) < 1e-14
+    assert torch.allclose(
+        u[:, 0].abs(), torch.tensor([1.0, 1.0, 0.0], dtype=torch.float64) / 2**0.5
+    )
+
+
+def test_orthonormalize_batches_by_shape_and_keeps_the_order():
+    gen = torch.Generator().manual_seed(3)
+    shapes = [(5, 2), (6, 3), (5, 2), (6, 3), (4, 1)]
+    ms = [torch.randn(*s, generator=gen, dtype=torch.float64) for s in shapes]
+    out = orthonormalize(ms)
+    for m, u in zip(ms, out, strict=True):
+        assert u.shape == m.shape
+        assert torch.allclose(u, torch.linalg.qr(m).Q, atol=1e-15)
 
 
 def test_approximation_plus_residual_is_the_input_and_full_rank_is_exact():
@@ -98,15 +129,18 @@ def test_queries_identical_for_a_seed_and_shaped_cols_by_rank():
     assert not torch.equal(a[0], draw_queries([(4, 9)], 3, seed=1, like=like[:1])[0])
 
 
-def test_local_optimizer_exempts_bn_n_but_not_the_shortcut_bn():
+def test_local_optimizer_exempts_the_block_bns_as_the_reference_regex():
+    """paper-code/train.py: re.match(r".*\\.bn\\d+\\.(weight|bias)", name): a dot before `bn`."""
     model = ResNet18(width=4)
     names = dict((id(p), n) for n, p in model.named_parameters())
     decayed, exempt = split_bn_params(model.named_parameters(), True)
     exempt_names = {names[id(p)] for p in exempt}
-    assert "bn1.weight" in exempt_names and "layer1.0.bn2.bias" in exempt_names
-    assert len(exempt_names) == 2 * (1 + 8 * 2)  # stem bn1 + bn1/bn2 of 8 blocks
-    assert "layer2.0.shortcut.1.weight" in {names[id(p)] for p in decayed}
-    assert "linear.bias" in {names[id(p)] for p in decayed}
+    decayed_names = {names[id(p)] for p in decayed}
+    assert "layer1.0.bn1.weight" in exempt_names and "layer1.0.bn2.bias" in exempt_names
+    assert len(exempt_names) == 2 * 8 * 2  # bn1/bn2 (weight, bias) of the 8 blocks
+    assert {"bn1.weight", "bn1.bias"} <= decayed_names  # the stem BN: no dot before `bn`
+    assert "layer2.0.shortcut.1.weight" in decayed_names
+    assert "linear.bias" in decayed_names
     kw = dict(lr=0.1, momentum=0.9, nesterov=True, weight_decay=1e-4)
     opt = PowerSGD.local_optimizer(Config(), model, **kw)
     assert [g["weight_decay"] for g in opt.param_groups] == [1e-4, 0.0]
@@ -126,6 +160,7 @@ def test_local_optimizer_exempts_bn_n_but_not_the_shortcut_bn():
         ({"start_step": 2.0}, "start_step must be an integer"),
         ({"error_feedback": "yes"}, "error_feedback must be true or false"),
         ({"warm_start": 1}, "warm_start must be true or false"),
+        ({"log_residual": "no"}, "log_residual must be true or false"),
     ],
 )
 def test_config_rejects_bad_values(options, match):
@@ -157,7 +192,7 @@ def _powersgd_worker(rank: int, world_size: int):
     out["full_ledger"] = comm.ledger
 
     # rank 1 with error feedback: Ghat + e = grad + e_prev on every worker, at every step
-    model, opt, comm, algo = _build(PowerSGD, Config(rank=1))
+    model, opt, comm, algo = _build(PowerSGD, Config(rank=1, log_residual=True))
     gaps = []
     seen = {}
 
@@ -184,6 +219,10 @@ def _powersgd_worker(rank: int, world_size: int):
     out["rank1_metrics"] = algo.metrics()
     algo.finish()
     out["rank1_final"] = flat_params(model)
+    # the residual norms are opt-in: by default no metric and the same trajectory
+    model, opt, _, algo = _build(PowerSGD, Config(rank=1))
+    _, out["rank1_quiet"] = hook_steps(algo, model, opt, batches)
+    out["quiet_metrics"] = algo.metrics()
 
     # plain averaging before start_step, fresh queries every step
     cfg = Config(rank=2, warm_start=False, start_step=3)
@@ -219,6 +258,9 @@ def test_powersgd_on_gloo_workers():
         # the residual memory holds exactly what the approximation missed
         assert max(r["rank1_gaps"]) < 1e-12
         assert 0 < r["rank1_metrics"]["residual_rel"] < 1
+        assert r["quiet_metrics"] == {}
+        for a, b in zip(r["rank1"], r["rank1_quiet"], strict=True):
+            assert torch.equal(a, b)
         # the ledger: floats_per_step values of 8 bytes, 3 collectives per step (identity 7)
         for key, rank in (("full_ledger", 8), ("rank1_ledger", 1)):
             assert r[key].bytes == STEPS * floats_per_step(TINY_SHAPES, rank) * 8
@@ -236,3 +278,79 @@ def test_powersgd_on_gloo_workers():
         for t in range(STEPS):
             assert max_spread([r[key][t] for r in results]) < 1e-12
     assert max_spread([r["rank1_final"] for r in results]) < 1e-12
+
+
+# --- invariance to the scale of the initial factors -------------------------------------------
+
+
+def _scaled_factor_runs(rank: int, world_size: int, old_gram_schmidt: bool = False) -> dict:
+    """For each of POWERSGD_CASES: its steps from the initial factors Q and from 3 Q (error
+    feedback, warm start)."""
+    if old_gram_schmidt:  # tests: the check must fail with the orthogonalisation it replaced
+        from tests.test_references import _install_old_gram_schmidt
+
+        _install_old_gram_schmidt()
+    out = {}
+    for name, (data, hidden, lr, r, steps) in POWERSGD_CASES.items():
+        batches = powersgd_case_batches(data, rank, steps)
+        for scale in (1.0, 3.0):
+            model = matrix_net(hidden)
+            cfg = Config(rank=r)
+            opt = PowerSGD.local_optimizer(
+                cfg, model, lr=lr, momentum=0.9, nesterov=True, weight_decay=1e-4
+            )
+            algo = PowerSGD(model, opt, Comm(), cfg, tau=1)
+            algo.qs = [scale * q for q in algo.qs]
+            _, out[name, scale] = hook_steps(algo, model, opt, batches)
+    return out
+
+
+@pytest.mark.dist
+def test_run_is_invariant_to_the_scale_of_its_initial_factors():
+    """P Q^T depends on the span of P only; with an orthonormalisation that returns a basis
+    whatever P's rank, scaling Q changes nothing but rounding. Gram-Schmidt with max(norm, eps)
+    broke this at rank 4 on the 4-class classifier (algorithms.md section 12.14; 7e-4 here)."""
+    from tests.workers import run_workers
+
+    for out in run_workers(_scaled_factor_runs, 2):
+        for name in POWERSGD_CASES:
+            one, three = out[name, 1.0], out[name, 3.0]
+            gap = max((a - b).abs().max().item() for a, b in zip(one, three, strict=True))
+            assert gap < 1e-9, (name, gap)
+            assert (one[0] - one[-1]).abs().max() > 1e-2, name  # training moved
+
+
+def _all_ones_component(rank: int, world_size: int, old_gram_schmidt: bool = False) -> list:
+    """Random labels, rank 4 (above the classifier's gradient rank 3), lr 0.05, 50 steps: after
+    every step, the largest column sum of the classifier's error memory and of its update P Q^T
+    (their component along the all-ones direction of the 4 classes)."""
+    if old_gram_schmidt:
+        from tests.test_references import _install_old_gram_schmidt
+
+        _install_old_gram_schmidt()
+    model = matrix_net()
+    cfg = Config(rank=4)
+    opt = PowerSGD.local_optimizer(cfg, model, lr=0.05, momentum=0.9, nesterov=True, weight_decay=0)
+    algo = PowerSGD(model, opt, Comm(), cfg, tau=1)
+    classifier = len(algo.matrices) - 1
+    sums = []
+
+    def record(t):
+        update = algo.matrices[classifier].grad
+        memory = algo.memories[classifier]
+        sums.append(max(update.sum(0).abs().max().item(), memory.sum(0).abs().max().item()))
+
+    hook_steps(algo, model, opt, rank_batches(rank, 50), on_before_step=record)
+    return sums
+
+
+@pytest.mark.dist
+def test_error_feedback_has_no_component_the_loss_does_not_see():
+    """A classifier's logits are blind to adding the same row to every class's weights, so its
+    gradient's columns sum to zero; its compressed update and its error memory must too. With
+    Gram-Schmidt and max(norm, eps) the spare fourth column of P died, and the error memory
+    grew a component along the all-ones direction (to 4e-2 in 50 steps here)."""
+    from tests.workers import run_workers
+
+    for sums in run_workers(_all_ones_component, 2):
+        assert max(sums) < 1e-12, max(sums)

@@ -1,6 +1,8 @@
-"""Pseudo-synchronous SGD (algorithms/pseudo_sync.py): the smoothing math by hand, and real gloo
-runs for the identity with one-step-delayed synchronous SGD (algorithms.md section 11 #5),
-replicas, the confidence range, the ledger, consensus and the state round trip."""
+"""Pseudo-synchronous SGD (algorithms/pseudo_sync.py): the smoothing math by hand, the local
+optimizer of `momentum=none|keep`, and real gloo runs for the identity with one-step-delayed
+synchronous SGD with the rule's start-up (algorithms.md section 11 #5: G_0 at step 0, nothing at
+step 1, G_{t-1} from step 2), each G_t applied once, replicas, the confidence range, the ledger,
+consensus and the state round trip."""
 
 from __future__ import annotations
 
@@ -59,6 +61,7 @@ def test_smooth_and_blend_by_hand():
         ({"c_max": 2}, r"c_max must be a number in \[0, 1\]"),
         ({"c_max": "0.9"}, r"c_max must be a number in \[0, 1\]"),
         ({"blend_local": "no"}, "blend_local must be true or false"),
+        ({"momentum": "nesterov"}, "momentum must be one of none, keep"),
     ],
 )
 def test_config_rejects_bad_values(options, match):
@@ -66,20 +69,30 @@ def test_config_rejects_bad_values(options, match):
         Config(**options)
 
 
+def test_local_optimizer_has_no_momentum_unless_kept():
+    model = torch.nn.Linear(2, 1)
+    kw = {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4}
+    plain = PseudoSync.local_optimizer(Config(), model, **kw).param_groups[0]
+    assert (plain["momentum"], plain["nesterov"], plain["weight_decay"]) == (0.0, False, 1e-4)
+    kept = PseudoSync.local_optimizer(Config(momentum="keep"), model, **kw).param_groups[0]
+    assert (kept["momentum"], kept["nesterov"], kept["weight_decay"]) == (0.9, True, 1e-4)
+
+
 # --- real gloo workers ----------------------------------------------------------------------
 
 
-def _model_and_opt():
+def _model_and_opt(cfg: Config | None = None):
+    cfg = cfg if cfg is not None else Config()
     torch.manual_seed(0)
     model = TinyCNN(in_channels=1, num_classes=4, width=4).double()
-    opt = torch.optim.SGD(
-        model.parameters(), lr=LR, momentum=MOMENTUM, nesterov=True, weight_decay=WD
+    opt = PseudoSync.local_optimizer(
+        cfg, model, lr=LR, momentum=MOMENTUM, nesterov=True, weight_decay=WD
     )
     return model, opt
 
 
 def _build(cfg: Config):
-    model, opt = _model_and_opt()
+    model, opt = _model_and_opt(cfg)
     comm = Comm()
     return model, opt, comm, PseudoSync(model, opt, comm, cfg, tau=1)
 
@@ -88,9 +101,10 @@ def _pseudo_sync_worker(rank: int, world_size: int):
     batches = rank_batches(rank, STEPS)
     out = {}
 
-    # identity 5: fixed c = 0
-    model, opt, comm, algo = _build(Config(confidence="fixed", c=0.0))
-    _, out["delayed"] = hook_steps(algo, model, opt, batches)
+    # identity 5: fixed c = 0, without and with the run's momentum
+    for momentum in ("none", "keep"):
+        model, opt, comm, algo = _build(Config(confidence="fixed", c=0.0, momentum=momentum))
+        _, out["delayed", momentum] = hook_steps(algo, model, opt, batches)
     out["delayed_ledger"] = comm.ledger
 
     # adaptive: record c_t and the applied direction
@@ -129,11 +143,15 @@ def _pseudo_sync_worker(rank: int, world_size: int):
     return out
 
 
-def _delayed_sgd_reference(world_size: int, delayed: bool = True) -> list[torch.Tensor]:
+def _delayed_sgd_reference(
+    world_size: int, delayed: bool = True, momentum: str = "none"
+) -> list[torch.Tensor]:
     """Synchronous SGD with a one-step-delayed averaged gradient, in one process: every worker
-    computes its gradient on the common model, the average G_t is formed at once, and step t
-    applies G_{t-1} (step 0 applies G_0). `delayed=False`: plain synchronous SGD."""
-    model, opt = _model_and_opt()
+    computes its gradient on the common model and the average G_t is formed at once. Step 0
+    applies G_0, step 1 applies nothing (a zero gradient: weight decay alone), step t >= 2
+    applies G_{t-1}: every G_t but the last is applied exactly once. `delayed=False`: plain
+    synchronous SGD. `momentum`: the local optimizer of pseudo_sync's `algorithm.momentum`."""
+    model, opt = _model_and_opt(Config(momentum=momentum))
     params = list(model.parameters())
     batches = [rank_batches(rank, STEPS) for rank in range(world_size)]
     previous, trajectory = None, []
@@ -145,7 +163,12 @@ def _delayed_sgd_reference(world_size: int, delayed: bool = True) -> list[torch.
             F.cross_entropy(model(x), y).backward()
             grads.append([p.grad.clone() for p in params])
         fresh = [sum(g[i] for g in grads) / world_size for i in range(len(params))]
-        apply = fresh if previous is None or not delayed else previous
+        if not delayed or t == 0:
+            apply = fresh
+        elif t == 1:
+            apply = [torch.zeros_like(g) for g in fresh]
+        else:
+            apply = previous
         for p, g in zip(params, apply, strict=True):
             p.grad = g.clone()
         opt.step()
@@ -160,25 +183,31 @@ def test_pseudo_sync_on_gloo_workers():
 
     world_size = 2
     results = run_workers(_pseudo_sync_worker, world_size)
-    reference = _delayed_sgd_reference(world_size)
+    references = {m: _delayed_sgd_reference(world_size, momentum=m) for m in ("none", "keep")}
+    reference = references["none"]
     numel = reference[0].numel()
     for r in results:
-        # identity 5 of algorithms.md section 11
-        gap = max((a - b).abs().max().item() for a, b in zip(r["delayed"], reference, strict=True))
-        assert gap < 1e-10
+        # identity 5 of algorithms.md section 11, with the start-up of the rule
+        for momentum, ref in references.items():
+            got = r["delayed", momentum]
+            gap = max((a - b).abs().max().item() for a, b in zip(got, ref, strict=True))
+            assert gap < 1e-10, momentum
         # one gradient-sized collective per step (float64 here)
         for ledger in (r["delayed_ledger"], r["adaptive_ledger"]):
             assert_model_sized(ledger, STEPS, numel)
-        # adaptive confidence: none at step 0, c_max at step 1 (S_0 = G_0 = G_{t-1}), in range
+        # adaptive confidence: none at steps 0 and 1 (nothing to compare yet), then in range
         c = r["confidences"]
-        assert c[0] is None and c[1] == pytest.approx(C_MAX)
-        assert all(0.0 <= v <= C_MAX for v in c[1:])
+        assert c[0] is None and c[1] is None
+        assert all(0.0 <= v <= C_MAX for v in c[2:])
         assert len(set(c[2:])) > 1  # it adapts
-        assert r["metrics"]["confidence"] == pytest.approx(sum(c[1:]) / (STEPS - 1))
+        assert r["metrics"]["confidence"] == pytest.approx(sum(c[2:]) / (STEPS - 2))
         assert r["metrics_again"] == {}
-        # step 1 applies G_0 again
-        assert (r["applied"][0] - r["applied"][1]).abs().max() < 1e-15
-        assert not torch.equal(r["applied"][1], r["applied"][2])
+        # G_0 is applied once: at step 0; step 1 applies nothing; step 2 applies S_2, which
+        # mixes G_0 and G_1 with weights c_2 and 1 - c_2
+        applied = r["applied"]
+        assert applied[0].abs().max() > 1e-3
+        assert torch.count_nonzero(applied[1]) == 0
+        assert not torch.allclose(applied[2], applied[0], atol=1e-6, rtol=0)
         # blend_local: one extra average at finish()
         assert r["blend_collectives"] == STEPS + 1
         for a, b in zip(r["continued"], r["restored"], strict=True):
@@ -188,10 +217,11 @@ def test_pseudo_sync_on_gloo_workers():
     assert (
         reference[-1] - _delayed_sgd_reference(world_size, delayed=False)[-1]
     ).abs().max() > 1e-4
+    assert (reference[-1] - references["keep"][-1]).abs().max() > 1e-4  # momentum mattered
     # replicas identical every step without blend_local, drifting with it; consensus at the end
     for t in range(STEPS):
         assert max_spread([r["adaptive"][t] for r in results]) < 1e-12
-        assert max_spread([r["delayed"][t] for r in results]) < 1e-12
+        assert max_spread([r["delayed", "none"][t] for r in results]) < 1e-12
     assert max(max_spread([r["blend"][t] for r in results]) for t in range(STEPS)) > 1e-6
     assert max_spread([r["adaptive_final"] for r in results]) < 1e-12
     assert max_spread([r["blend_final"] for r in results]) < 1e-12
