@@ -49,6 +49,10 @@ Deviations and interpretations:
 - [M] `mix_alpha` 0.5 and outer Nesterov 0.7 / 0.9 (DiLoCo's) as defaults: recalled from the
   paper, not checked against its text here; torchft's own defaults are delay 0, alpha 0.
 - The paper's 4-bit outer gradients are the separate `comm.compression` knob (fp16, bf16, int8).
+- [I] With `outer_divide_by_lr` (outer=momentum), eta_r is the LR of the step at which the
+  fragment is applied (it was launched `sync_delay` steps earlier, usually at the same LR).
+- The paper's fragments are groups of transformer blocks, here groups of parameter tensors:
+  a fragment may end inside a residual block (the split is by size, not by module).
 - `finish()`: applies the fragments in flight (their overlap ends early), then closes the round:
   one blocking collective of the pseudo-gradients of the fragments with local steps since their
   last launch, an outer step on each of those, and x = z everywhere (consensus, whatever alpha).
