@@ -155,6 +155,8 @@ def test_bmuf_and_gmf_follow_section_2_rule_written_by_hand(runs):
         for result in (gmf, bmuf, slowmo):
             assert _max_diff(result[rank][0], reference[rank][0]) < 1e-12
             assert (result[rank][1] - reference[rank][1]).abs().max() < 1e-12
+            # bytes per round = the closed form: one model-sized all-reduce, + finish()'s
+            assert_model_sized(result[rank][2], STEPS // TAU + 1, reference[rank][1].numel())
     # the global momentum changed the trajectory (rounds 2 and 3 carry momentum)
     assert _max_diff(runs["local_sgd"][0][0], reference[0][0]) > 1e-4
 
