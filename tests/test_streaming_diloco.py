@@ -164,9 +164,7 @@ def test_torchft_regression_scenario_matches_the_paper_rule_by_hand():
             assert collectives == 5
     # the scenario's cases differ: delay and alpha both matter
     finals = {k: per_rank[0][k][0][-1] for k in SCENARIOS}
-    assert (
-        len({tuple(v) for v in finals.values()}) == len(SCENARIOS) - 1
-    )  # alpha 1: delay moot
+    assert len({tuple(v) for v in finals.values()}) == len(SCENARIOS) - 1  # alpha 1: delay moot
 
 
 # ---------------------------------------------------------------------------------------------
