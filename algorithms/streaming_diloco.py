@@ -21,7 +21,8 @@ Fragments: the parameter tensors, in model order, cut into P contiguous groups o
 size (`split_fragments`: the p-th cut falls at the tensor boundary nearest to p/P of the
 values), as torchft's list of `model_fragments` (the paper also tries a strided pattern; not
 offered). Fragment p is synced after local steps s_p + k tau, with s_p = floor((p + 1) tau / P)
-(`fragment_offsets`; torchft: every tau / P steps, fragments in turn). With d = sync_delay:
+(`fragment_offsets`; torchft: every tau / P steps, fragments in turn; with tau < P, fragments
+share steps, so tau = 1 syncs every fragment every step). With d = sync_delay:
 
     after step s_p + k tau - d (launch):  Delta_p,i = z_p - x_p,i ; start mean_j Delta_p,j
                                           (`comm.mean_async`, one accounted collective)
@@ -108,15 +109,16 @@ def _is_int(value) -> bool:
 
 
 def fragment_offsets(tau: int, fragments: int) -> list[int]:
-    """s_p = floor((p + 1) tau / P): the local step (1..tau) within each round after which
-    fragment p is synced; the last fragment ends the round."""
-    return [(p + 1) * tau // fragments for p in range(fragments)]
+    """s_p = max(1, floor((p + 1) tau / P)): the local step (1..tau) within each round after
+    which fragment p is synced; the last fragment ends the round. Distinct when tau >= P; with
+    fewer steps than fragments, several fragments share a step (each its own collective)."""
+    return [max(1, (p + 1) * tau // fragments) for p in range(fragments)]
 
 
 def smallest_gap(tau: int, fragments: int) -> int:
-    """The fewest local steps between two consecutive fragment syncs (and before the first)."""
-    offsets = fragment_offsets(tau, fragments)
-    return min(b - a for a, b in zip([0, *offsets], offsets, strict=False))
+    """The fewest local steps between two steps with fragment syncs (and before the first)."""
+    steps = sorted(set(fragment_offsets(tau, fragments)))
+    return min(b - a for a, b in zip([0, *steps], steps, strict=False))
 
 
 def resolve_delay(cfg: Config, tau: int) -> int:
@@ -127,12 +129,7 @@ def resolve_delay(cfg: Config, tau: int) -> int:
 
 
 def check_schedule(cfg: Config, tau: int) -> None:
-    """Raise ValueError (one line) when tau has no room for the fragments and their delay."""
-    if tau < cfg.fragments:
-        raise ValueError(
-            f"streaming_diloco syncs one fragment at a time: tau={tau} must be >= "
-            f"algorithm.fragments={cfg.fragments}"
-        )
+    """Raise ValueError (one line) when tau has no room for the delay between the syncs."""
     gap, delay = smallest_gap(tau, cfg.fragments), resolve_delay(cfg, tau)
     if delay >= gap:
         raise ValueError(

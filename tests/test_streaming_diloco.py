@@ -33,6 +33,8 @@ def test_fragment_offsets_stagger_the_syncs_within_a_round():
     assert fragment_offsets(6, 1) == [6]
     assert fragment_offsets(7, 3) == [2, 4, 7]
     assert fragment_offsets(3, 3) == [1, 2, 3]
+    assert fragment_offsets(1, 2) == [1, 1]  # fewer steps than fragments: they share steps
+    assert fragment_offsets(3, 4) == [1, 1, 2, 3] and smallest_gap(3, 4) == 1
     assert smallest_gap(7, 3) == 2 and smallest_gap(6, 2) == 3 and smallest_gap(8, 3) == 2
 
 
@@ -57,8 +59,9 @@ def test_delay_default_and_schedule_errors():
     check_schedule(Config(fragments=2, sync_delay=2), tau=6)
     with pytest.raises(ValueError, match="sync_delay=3 must be < 3, the fewest steps"):
         check_schedule(Config(fragments=2, sync_delay=3), tau=6)
-    with pytest.raises(ValueError, match="tau=2 must be >= algorithm.fragments=3"):
-        check_schedule(Config(fragments=3), tau=2)
+    check_schedule(Config(fragments=3), tau=2)  # fragments share steps, no delay
+    with pytest.raises(ValueError, match="sync_delay=1 must be < 1"):
+        check_schedule(Config(fragments=3, sync_delay=1), tau=2)
     for options, message in (
         ({"fragments": 0}, "algorithm.fragments must be an integer >= 1"),
         ({"sync_delay": -1}, "algorithm.sync_delay must be null or an integer >= 0"),
@@ -200,6 +203,7 @@ def _tinies(rank: int, world_size: int) -> dict:
         "diloco": _tiny(rank, "diloco", {}, TAU, STEPS),
         "streaming_one": _tiny(rank, "streaming_diloco", one, TAU, STEPS),
         "streaming": _tiny(rank, "streaming_diloco", {"fragments": 3}, 6, 14),
+        "shared": _tiny(rank, "streaming_diloco", {"fragments": 3}, 2, 5),
         "timed": _tiny(rank, "streaming_diloco", {"sync_delay": 1}, TAU, 8, clock),
         "timed_clock": clock.now(),
     }
@@ -238,6 +242,18 @@ def test_fragments_sync_in_turn_bytes_closed_form_and_consensus(tinies):
     assert (results[0][1] - results[1][1]).abs().max() < 1e-12  # consensus (identity 6)
     # between syncs the replicas differ: each fragment keeps half its local progress (alpha)
     assert (results[0][0][7] - results[1][0][7]).abs().max() > 1e-6
+
+
+@pytest.mark.dist
+def test_fewer_steps_than_fragments_share_steps(tinies):
+    # 3 fragments, tau 2: fragments 0 and 1 after steps 1, 3, 5, fragment 2 after 2, 4 (each
+    # its own collective, no delay); finish() closes fragment 2 only (0 and 1 just synced)
+    results = [r["shared"] for r in tinies]
+    _, final, ledger, (bytes_rounds, collectives), sizes = results[0]
+    frag = [8 * sum(s) for s in sizes]
+    assert collectives == 8 and bytes_rounds == 3 * (frag[0] + frag[1]) + 2 * frag[2]
+    assert ledger.collectives == 9 and ledger.bytes == bytes_rounds + frag[2]
+    assert (results[0][1] - results[1][1]).abs().max() < 1e-12
 
 
 @pytest.mark.dist
