@@ -13,6 +13,18 @@ Averages are computed as SUM then divide by m: `ReduceOp.AVG` exists on gloo onl
 Time (timing.md): each accounted collective asks the worker's clock for its modeled duration.
 Blocking waits are exposed communication; for a non-blocking one, the part of its duration
 that passed while the worker computed is hidden (`hidden_s`) and only the wait is exposed.
+
+Compressed averages (`comm.compression`, `Codec` below): an accounted average may travel in a
+narrower wire format than the payload's dtype: fp16 or bf16 (a cast), or int8 with one float32
+absmax scale per block of INT8_BLOCK values of each tensor. The ledger's bytes and the clock's
+modeled duration are those of the wire format. On gloo this is a simulation of the wire: the
+values are quantised and dequantised in place (what the receiver would decode), then summed in
+the payload's dtype, and the average is quantised and dequantised once more, because a ring
+all-reduce's second phase (all-gather) carries the reduced values in the wire format too (the
+scheme of torchft's `allreduce_quantized`: quantise, reduce-scatter, dequantise and sum,
+quantise, all-gather, dequantise). No error feedback: the rounding error is dropped, as DiLoCo
+drops it for its fp16 pseudo-gradients. Bookkeeping collectives (`account=False`) are never
+compressed.
 """
 
 from __future__ import annotations
@@ -53,6 +65,71 @@ def copy_into_(targets: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
     with torch.no_grad():
         for t, src in zip(targets, unflatten(flat, targets), strict=True):
             t.copy_(src)
+
+
+COMPRESSIONS = ("none", "fp16", "bf16", "int8")
+# int8: values per absmax scale. Blocks never straddle two tensors, so a bias or a control
+# value (OSP's flag) gets scales of its own. 1024: 4 bytes of scale per 1024 values (0.4%).
+INT8_BLOCK = 1024
+_CASTS = {"fp16": torch.float16, "bf16": torch.bfloat16}
+
+
+class Codec:
+    """The wire format of accounted averages: `none`, `fp16`, `bf16` or `int8` (module doc).
+
+    `wire_bytes()` is what the ledger and the clock see; `roundtrip_()` replaces values by what
+    the other end decodes. Written by hand: torch offers the casts and DDP's fp16/bf16 comm
+    hooks, but no block-scaled int8 all-reduce, and the hooks bypass the suite's ledger.
+    """
+
+    def __init__(self, name: str = "none"):
+        if name not in COMPRESSIONS:
+            raise ValueError(
+                f"comm.compression must be one of {', '.join(COMPRESSIONS)}, got {name!r}"
+            )
+        self.name = name
+
+    @property
+    def active(self) -> bool:
+        return self.name != "none"
+
+    def wire_bytes(self, sizes: Sequence[int], itemsize: int) -> int:
+        """Bytes on the wire for tensors of `sizes` values of `itemsize` bytes."""
+        n = sum(sizes)
+        if self.name == "none":
+            return n * itemsize
+        if self.name in _CASTS:
+            return 2 * n
+        return n + 4 * sum(-(-s // INT8_BLOCK) for s in sizes)  # int8 values + fp32 scales
+
+    @torch.no_grad()
+    def roundtrip_(self, flat: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
+        """In place: every value of `flat` (tensors of `sizes`, concatenated) replaced by its
+        decoded wire value. Returns `flat`."""
+        if self.name in _CASTS:
+            flat.copy_(flat.to(_CASTS[self.name]))
+        elif self.name == "int8":
+            for segment in torch.split(flat, list(sizes)):
+                int8_roundtrip_(segment)
+        return flat
+
+
+@torch.no_grad()
+def int8_roundtrip_(x: torch.Tensor, block: int = INT8_BLOCK) -> torch.Tensor:
+    """In place, on a 1-D tensor: symmetric int8 quantisation with one absmax scale per block of
+    `block` values (scale = absmax / 127, stored as float32; q = round(x / scale) in
+    [-127, 127]), then dequantisation x = q * scale. Error per value <= scale / 2 (plus the
+    float32 rounding of the scale); an all-zero block stays zero. Returns `x`."""
+    n = x.numel()
+    if n == 0:
+        return x
+    blocks = -(-n // block)
+    padded = torch.nn.functional.pad(x, (0, blocks * block - n)).view(blocks, block)
+    scale = (padded.abs().amax(dim=1, keepdim=True) / 127).float().to(x.dtype)
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(padded / scale).clamp_(-127, 127)
+    x.copy_((q * scale).view(-1)[:n])
+    return x
 
 
 @dataclass
@@ -113,12 +190,19 @@ class _Collective:
     """
 
     def __init__(
-        self, comm: Comm, flat: torch.Tensor, async_op: bool, wire: torch.Tensor | None = None
+        self,
+        comm: Comm,
+        flat: torch.Tensor,
+        async_op: bool,
+        wire: torch.Tensor | None = None,
+        nbytes: int | None = None,
     ):
         clock, m = comm.clock, comm.world_size
         self.comm, self.flat = comm, flat
         self.launch = clock.now()
-        self.duration = clock.duration(flat.numel() * flat.element_size(), m)
+        # the modeled duration is that of the bytes on the wire (compressed when a Codec is on)
+        nbytes = flat.numel() * flat.element_size() if nbytes is None else nbytes
+        self.duration = clock.duration(nbytes, m)
         self.real_done: float | None = None
         self.work = self.clock_work = None
         self.clocks = None
@@ -286,6 +370,9 @@ class Pending:
             elif self._collective is not None:  # a bookkeeping collective: not accounted
                 self._collective.wait()
             self._flat.div_(self._comm.world_size)
+            if isinstance(self._collective, _Collective | _Arrived) and self._comm.codec.active:
+                # the all-gather phase carries the average in the wire format too
+                self._comm.codec.roundtrip_(self._flat, [t.numel() for t in self._like])
             self._done = True
         return self._flat
 
@@ -296,10 +383,14 @@ class Comm:
     `clock` is the worker's clock (experiments/clock.py): real (optionally emulating the
     network) or virtual; without one, plain wall time. `account=False` is for bookkeeping
     collectives (evaluation, metric reduction) that are not part of the algorithm: they are not
-    in `comm/bytes`, take no modeled time and are not in the exposed time.
+    in `comm/bytes`, take no modeled time and are not in the exposed time. `compression` is the
+    wire format of the accounted averages (`Codec`; `comm.compression` in the config).
     """
 
-    def __init__(self, group: dist.ProcessGroup | None = None, clock=None):
+    def __init__(
+        self, group: dist.ProcessGroup | None = None, clock=None, compression: str = "none"
+    ):
+        self.codec = Codec(compression)
         self.group = group
         self.world_size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
@@ -327,14 +418,23 @@ class Comm:
         return buf
 
     def _launch(
-        self, flat: torch.Tensor, account: bool, async_op: bool, wire: torch.Tensor | None = None
+        self,
+        flat: torch.Tensor,
+        account: bool,
+        async_op: bool,
+        wire: torch.Tensor | None = None,
+        sizes: Sequence[int] | None = None,
     ):
         """Start a SUM all-reduce of `flat` (sent as `wire` when the launch clocks ride along);
-        returns the handle (None when alone)."""
+        returns the handle (None when alone). Accounted: `flat` (tensors of `sizes` values) goes
+        through the codec first, and the ledger and the clock see its wire bytes."""
         if account:
-            self.ledger.bytes += flat.numel() * flat.element_size()
+            sizes = [flat.numel()] if sizes is None else sizes
+            self.codec.roundtrip_(flat, sizes)  # what each worker's contribution decodes to
+            nbytes = self.codec.wire_bytes(sizes, flat.element_size())
+            self.ledger.bytes += nbytes
             self.ledger.collectives += 1
-            return _Collective(self, flat, async_op, wire)
+            return _Collective(self, flat, async_op, wire, nbytes)
         if self.world_size == 1:
             return None
         return dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group, async_op=async_op)
@@ -347,20 +447,28 @@ class Comm:
         tail = tail if account and self.clock.virtual else 0
         wire = self._buffer(tensors, None, extra=tail)
         flat = flatten(tensors, out=wire.narrow(0, 0, n) if tail else wire)
-        handle = self._launch(flat, account, async_op=False, wire=wire)
+        sizes = [t.numel() for t in tensors]
+        handle = self._launch(flat, account, async_op=False, wire=wire, sizes=sizes)
         if isinstance(handle, _Collective):
             handle.wait(blocking=True)
+        return flat
+
+    def _decoded(self, flat: torch.Tensor, tensors: list[torch.Tensor], account: bool):
+        """The reduced buffer as it arrives: in the wire format when accounted (module doc)."""
+        if account and self.codec.active:
+            self.codec.roundtrip_(flat, [t.numel() for t in tensors])
         return flat
 
     def mean_(self, tensors: Sequence[torch.Tensor], *, account: bool = True) -> None:
         """Replace every tensor by its average over the workers (blocking, one collective)."""
         tensors = list(tensors)
-        copy_into_(tensors, self._sum_blocking(tensors, account).div_(self.world_size))
+        total = self._sum_blocking(tensors, account).div_(self.world_size)
+        copy_into_(tensors, self._decoded(total, tensors, account))
 
     def sum_(self, tensors: Sequence[torch.Tensor], *, account: bool = True) -> None:
         """Replace every tensor by its sum over the workers (blocking, one collective)."""
         tensors = list(tensors)
-        copy_into_(tensors, self._sum_blocking(tensors, account))
+        copy_into_(tensors, self._decoded(self._sum_blocking(tensors, account), tensors, account))
 
     def mean_async(
         self, tensors: Sequence[torch.Tensor], *, account: bool = True, slot: str | None = None
@@ -375,7 +483,8 @@ class Comm:
         """
         tensors = list(tensors)
         flat = flatten(tensors, out=self._buffer(tensors, slot) if slot is not None else None)
-        return Pending(self, self._launch(flat, account, async_op=True), flat, tensors)
+        sizes = [t.numel() for t in tensors]
+        return Pending(self, self._launch(flat, account, async_op=True, sizes=sizes), flat, tensors)
 
     def broadcast_(self, tensors: Sequence[torch.Tensor], src: int = 0) -> None:
         """Overwrite `tensors` with rank `src`'s values (set-up: never accounted).

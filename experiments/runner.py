@@ -118,6 +118,7 @@ def validate(cfg: dict[str, Any]) -> None:
     name = algo.pop("name")
     try:
         algorithms.REGISTRY[name].check(algorithms.make_config(name, algo), cfg)
+        algorithms.check_compression(name, (cfg.get("comm") or {}).get("compression", "none"))
     except (ValueError, TypeError) as e:
         raise UserError(str(e)) from None
 
@@ -372,7 +373,8 @@ def train_worker(
     rank, m, seed = worker.rank, worker.world_size, cfg["seed"]
     device = d.device_for(backend, worker.local_rank, worker.local_world_size)
     dtype = DTYPES[cfg.get("dtype", "float32")]
-    comm = Comm(clock=make_clock(cfg, rank, m))
+    compression = (cfg.get("comm") or {}).get("compression", "none")  # issue 17
+    comm = Comm(clock=make_clock(cfg, rank, m), compression=compression)
 
     if bundle is None:
         bundle = load_dataset(cfg["dataset"])

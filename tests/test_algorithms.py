@@ -156,7 +156,7 @@ def test_config_rejects_unknown_and_bad_options():
         algorithms.make_config("local_sgd", {"momentum_at_sync": "sometimes"})
     with pytest.raises(ValueError, match="unknown algorithm"):
         algorithms.make_config("nope", {})
-    assert algorithms.make_config("local_sgd", {}) == LocalConfig("keep")
+    assert algorithms.make_config("local_sgd", {}) == LocalConfig(momentum_at_sync="keep")
 
 
 def test_registry_names_match_config_files():

@@ -55,8 +55,9 @@ def test_unknown_group_option_lists_the_choices(tmp_path):
     proc = run_py(*FAST, "algorithm=nope", f"out_root={tmp_path}")
     assert proc.returncode == 2
     assert proc.stderr.strip() == (
-        "error: unknown algorithm 'nope'; choose from cocod_sgd, eamsgd, easgd, local_sgd, losp, "
-        "osp, overlap_local_sgd, powersgd, pseudo_sync, sync_sgd"
+        "error: unknown algorithm 'nope'; choose from bmuf, cocod_sgd, diloco, eamsgd, easgd, "
+        "local_sgd, losp, osp, overlap_local_sgd, powersgd, pseudo_sync, slowmo, "
+        "streaming_diloco, sync_sgd"
     )
     assert_nothing_completed(tmp_path)
 

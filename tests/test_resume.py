@@ -19,6 +19,15 @@ from tests.workers import run_workers
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 STEPS_PER_EPOCH = 24  # digits, 2 workers, batch 32 (smoke scale)
+# Further cases beyond each algorithm's defaults: label -> (algorithm, overrides).
+EXTRA_CASES = {
+    # a fragment in flight at the stop: fragment 0 is launched after steps 1, 7, 13, ... and
+    # applied 2 steps later, fragment 1 after 4, 10, ... and 6, 12, ... (tau 6)
+    "streaming_diloco-delay": ("streaming_diloco", ["tau=6", "algorithm.sync_delay=2"]),
+    # compressed averages: blocking (DiLoCo's pseudo-gradients) and in flight (the anchor)
+    "diloco-int8": ("diloco", ["+comm.compression=int8"]),
+    "overlap_local_sgd-bf16": ("overlap_local_sgd", ["+comm.compression=bf16"]),
+}
 
 
 def config(*overrides: str) -> dict:
@@ -74,9 +83,9 @@ def _resume_worker(rank: int, m: int, cases: list, crash_cases: list, root: str)
     from experiments.data import load_dataset
 
     group = dist.new_group(backend="gloo")
-    bundle = load_dataset(cases[0][1]["dataset"])
+    bundle = load_dataset(cases[0][2]["dataset"])
     statuses = {}
-    for name, full, cut in cases:
+    for name, _, full, cut in cases:
         base = Path(root) / name
         a = _train(full, base / "full", rank, m, bundle, group)
         b = _train(cut, base / "cut", rank, m, bundle, group)
@@ -114,10 +123,11 @@ def _resume_worker(rank: int, m: int, cases: list, crash_cases: list, root: str)
 @pytest.mark.dist
 def test_every_algorithm_resumes_exactly(tmp_path):
     cases = []
-    for name in sorted(algorithms.REGISTRY):
-        full = config(f"algorithm={name}")
-        cut = config(f"algorithm={name}", "checkpoint.simulate_signal_at_step=5")
-        cases.append((name, full, cut))
+    runs = {name: (name, []) for name in sorted(algorithms.REGISTRY)} | EXTRA_CASES
+    for label, (name, overrides) in runs.items():
+        full = config(f"algorithm={name}", *overrides)
+        cut = config(f"algorithm={name}", *overrides, "checkpoint.simulate_signal_at_step=5")
+        cases.append((label, name, full, cut))
     crash_cases = [
         (
             f"crash-{name}",
@@ -128,23 +138,32 @@ def test_every_algorithm_resumes_exactly(tmp_path):
     ]
     statuses = run_workers(_resume_worker, 2, cases, crash_cases, str(tmp_path))
     assert statuses[0] == statuses[1]
-    for name, _, _ in cases:
-        full, cut = tmp_path / name / "full", tmp_path / name / "cut"
-        a, b, c, step = statuses[0][name]
-        assert (a, b, c) == ("completed", "interrupted", "completed"), name
+    for label, name, _, _ in cases:
+        full, cut = tmp_path / label / "full", tmp_path / label / "cut"
+        a, b, c, step = statuses[0][label]
+        assert (a, b, c) == ("completed", "interrupted", "completed"), label
         if algorithms.REGISTRY[name].checkpoint_anywhere:  # stopped between two steps
-            assert step % STEPS_PER_EPOCH != 0 and 5 <= step <= 9, (name, step)
+            assert step % STEPS_PER_EPOCH != 0 and 5 <= step <= 9, (label, step)
         else:  # OSP/LOSP: at the next evaluation point
-            assert step == STEPS_PER_EPOCH, (name, step)
-        assert rows(cut) == rows(full), name
+            assert step == STEPS_PER_EPOCH, (label, step)
+        assert rows(cut) == rows(full), label
         s_full = json.loads((full / "summary.json").read_text())
         s_cut = json.loads((cut / "summary.json").read_text())
         for key in ("final/test_acc", "steps", "time/train_s", "comm/bytes", "comm/ratio"):
-            assert s_cut[key] == s_full[key], (name, key)
+            assert s_cut[key] == s_full[key], (label, key)
         assert s_cut["status"] == "completed"
         assert not (cut / "checkpoint").exists()  # a finished run's checkpoint is removed
-        if name == "overlap_local_sgd":  # an anchor was in flight at the stop: it mattered
-            assert s_full["time/comm_hidden_s"] > 0
+        if label in ("overlap_local_sgd", "streaming_diloco-delay"):  # in flight at the stop
+            assert s_full["time/comm_hidden_s"] > 0, label
+        if label == "streaming_diloco-delay":  # a fragment was in flight at the checkpoint
+            assert step % 6 in (1, 2, 4, 5), step
+
+    def summary_bytes(label: str) -> int:
+        return json.loads((tmp_path / label / "full" / "summary.json").read_text())["comm/bytes"]
+
+    # the compressed cases did send the wire format: about a quarter (int8) and a half (bf16)
+    assert 3.9 * summary_bytes("diloco-int8") < summary_bytes("diloco")
+    assert summary_bytes("overlap_local_sgd-bf16") == summary_bytes("overlap_local_sgd") // 2
     for name, _, _ in crash_cases:
         a, b, c, rows_at_crash = statuses[0][name]
         assert (a, b, c) == ("completed", "injected crash", "completed"), name

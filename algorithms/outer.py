@@ -1,0 +1,154 @@
+"""The outer optimizer of the round-based averaging methods (algorithms.md section 13).
+
+A round of Local SGD starts every worker from the same model z and ends with x_i after tau
+local steps. Instead of taking the average, an outer optimizer treats the averaged change as a
+gradient, the pseudo-gradient (or outer gradient)
+
+    Delta = z - mean_i x_i                                          (one all-reduce per round)
+
+and steps z with it; every worker then starts the next round from the new z.
+
+| paper symbol                          | here (config)                                        |
+|---------------------------------------|------------------------------------------------------|
+| z (global / slow / outer model)       | `outer_model`, identical on every worker             |
+| Delta_r (outer gradient)              | mean over workers of z - x_i                         |
+| eta_r (inner LR in force at round r)  | the local optimizer's LR at the round's last step    |
+| alpha (SlowMo slow LR), zeta (BMUF)   | `algorithm.outer_lr`                                 |
+| beta (SlowMo slow momentum), eta_BMUF | `algorithm.outer_momentum`                           |
+| heavy ball / Nesterov                 | `algorithm.outer` = momentum / nesterov              |
+
+    outer = momentum (SlowMo, BMUF; `outer_divide_by_lr` on by default):
+        u = beta u + Delta / eta_r ;  z = z - alpha eta_r u                          (SlowMo Alg. 1)
+    outer = nesterov (DiLoCo; `outer_divide_by_lr` off by default):
+        u = beta u + Delta ;  z = z - alpha (Delta + beta u)        (torch SGD, nesterov=True)
+    outer = none: z = z - Delta = mean_i x_i (plain Local SGD)
+
+Both are torch's SGD update (`torch.optim.sgd.sgd`, its functional form: the momentum buffers
+are ours, so they are checkpointed with the algorithm), with grad = Delta / eta_r and lr =
+alpha eta_r when dividing by the LR, grad = Delta and lr = alpha otherwise. Dividing by eta_r
+stores the momentum in units of the LR in force, so an LR decay shrinks the accumulated
+momentum with it (SlowMo; the Overlap-Local-SGD code's global momentum, algorithms.md section 2,
+pitfall 8). DiLoCo's outer step does not divide: its outer LR is absolute. Special cases:
+alpha = 1, beta = 0 is plain Local SGD (up to rounding); alpha = 1, beta = beta_g with the LR
+division is BMUF / the reference code's global momentum (`--gmf beta_g`) exactly.
+
+Deviations and interpretations:
+- [I] torch's SGD seeds its momentum buffer with the first gradient (u_1 = Delta_1), which is
+  u_0 = 0 in SlowMo's and the reference code's form: the same numbers.
+- [I] With `outer_divide_by_lr`, eta_r is the LR of the round's last local step (warm-up and
+  step decays change it between rounds; within a round the reference code uses the same value).
+"""
+
+from __future__ import annotations
+
+import numbers
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import torch
+from torch.optim.sgd import sgd
+
+OUTER = ("none", "momentum", "nesterov")
+
+
+@dataclass
+class OuterConfig:
+    """The outer-optimizer knobs, shared by every method that takes an outer step."""
+
+    # Outer optimizer on the pseudo-gradient z - mean_i x_i: none (plain average) | momentum
+    # (heavy ball: BMUF, SlowMo) | nesterov (DiLoCo).
+    outer: str = "none"
+    # Outer learning rate (SlowMo's slow LR alpha, BMUF's block LR); 1 with no momentum = none.
+    outer_lr: float = 1.0
+    # Outer momentum beta in [0, 1); null = 1 - 1/workers (BMUF's block momentum rule).
+    outer_momentum: float | None = 0.0
+    # Divide the pseudo-gradient by the inner LR eta_r and step with outer_lr * eta_r (SlowMo,
+    # BMUF: an LR decay rescales the momentum); null = true for momentum, false for nesterov.
+    outer_divide_by_lr: bool | None = None
+
+    def __post_init__(self):
+        if self.outer not in OUTER:
+            raise ValueError(
+                f"algorithm.outer must be one of {', '.join(OUTER)}, got {self.outer!r}"
+            )
+        if not (_is_number(self.outer_lr) and self.outer_lr > 0):
+            raise ValueError(f"algorithm.outer_lr must be a number > 0, got {self.outer_lr!r}")
+        beta = self.outer_momentum
+        if beta is not None and not (_is_number(beta) and 0 <= beta < 1):
+            raise ValueError(
+                f"algorithm.outer_momentum must be null or a number in [0, 1), got {beta!r}"
+            )
+        if self.outer_divide_by_lr not in (None, True, False):
+            raise ValueError(
+                "algorithm.outer_divide_by_lr must be null, true or false, "
+                f"got {self.outer_divide_by_lr!r}"
+            )
+        if self.outer == "none" and (self.outer_lr != 1 or beta not in (0, None)):
+            raise ValueError(
+                "algorithm.outer_lr and algorithm.outer_momentum act only with "
+                "algorithm.outer=momentum or nesterov (outer=none is the plain average)"
+            )
+        if self.outer == "nesterov" and beta == 0:
+            raise ValueError("algorithm.outer=nesterov needs algorithm.outer_momentum > 0")
+
+
+def _is_number(value) -> bool:
+    return isinstance(value, numbers.Real) and not isinstance(value, bool)
+
+
+class OuterOptimizer:
+    """The outer step z <- z - lr * SGD-direction(Delta), on tensors the caller owns."""
+
+    def __init__(self, cfg: OuterConfig, workers: int):
+        self.kind = cfg.outer
+        beta = cfg.outer_momentum
+        self.momentum = float(1 - 1 / workers if beta is None else beta)
+        self.lr = float(cfg.outer_lr)
+        divide = cfg.outer_divide_by_lr
+        self.divide_by_lr = self.kind == "momentum" if divide is None else bool(divide)
+
+    @property
+    def has_momentum(self) -> bool:
+        return self.kind != "none" and self.momentum > 0
+
+    @torch.no_grad()
+    def step(
+        self,
+        z: Sequence[torch.Tensor],
+        delta: Sequence[torch.Tensor],
+        buffers: list[torch.Tensor | None] | None,
+        inner_lr: float,
+    ) -> None:
+        """In place: z <- outer step with pseudo-gradient `delta` (the workers' mean of z - x).
+        `buffers` (one entry per tensor, None before the first step) are the momentum buffers,
+        updated in place."""
+        if self.kind == "none":
+            for zi, d in zip(z, delta, strict=True):
+                zi.sub_(d)
+            return
+        if self.divide_by_lr:
+            grads, lr = [d / inner_lr for d in delta], self.lr * inner_lr
+        else:
+            grads, lr = list(delta), self.lr
+        if buffers is None:
+            buffers = [None] * len(grads)  # momentum 0: torch keeps no buffer
+        sgd(
+            list(z),
+            grads,
+            buffers,
+            weight_decay=0.0,
+            momentum=self.momentum,
+            lr=lr,
+            dampening=0.0,
+            nesterov=self.kind == "nesterov",
+            maximize=False,
+            foreach=False,
+        )
+
+
+@torch.no_grad()
+def pseudo_gradient(
+    outer_model: Sequence[torch.Tensor], params: Sequence[torch.Tensor]
+) -> list[torch.Tensor]:
+    """This worker's share of the outer gradient: z - x_i (new tensors)."""
+    return [z - x for z, x in zip(outer_model, params, strict=True)]
