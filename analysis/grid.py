@@ -74,7 +74,7 @@ def compose_preset(
     params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=False) or {}
     report = cfg.get("report")
     report = _to_dict_resolving_what_we_can(report) if report is not None else {}
-    extra = cfg.get("extra_sweeps")
+    extra = cfg.hydra.sweeper.get("grids")  # the commsgd sweeper's extra grids
     extra = OmegaConf.to_container(extra, resolve=True) if extra is not None else []
     return Preset(
         params=dict(params), report=dict(report), extra_sweeps=[_overrides(s) for s in extra]
