@@ -198,6 +198,11 @@ def describe(error: BaseException) -> str:
             choice = re.search(r"Invalid value '(.*)', expected one of \[(.*)\]", text)
             if choice:
                 return f"{key} must be one of {choice.group(2)}, got {choice.group(1)!r}"
+            boolean = re.search(r"Value '(.*)' is not a valid bool", text)
+            if boolean:
+                return f"{key} must be true or false, got {boolean.group(1)!r}"
+            if "is not a ListConfig, list or tuple" in text:
+                return f"{key} must be a list (e.g. {key}=[0.5,0.75])"
             return f"{key}: {text}" if key else text
         if isinstance(e, InterpolationResolutionError):
             return f"{key}: {text}" if key else text

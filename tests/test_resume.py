@@ -165,7 +165,7 @@ def test_run_py_signalled_checkpoints_exits_3_and_the_rerun_resumes_exactly(tmp_
     import signal
     import time
 
-    from tests.cli import run_py
+    from tests.cli import run_dir_of, run_py
 
     args = [
         "scale=smoke",
@@ -178,15 +178,7 @@ def test_run_py_signalled_checkpoints_exits_3_and_the_rerun_resumes_exactly(tmp_
         "tau=2",
         "epochs=40",
     ]
-    run_dir = (
-        tmp_path
-        / "cut"
-        / "runs"
-        / (
-            "algorithm=cocod_sgd,compute.step_time_s=0.01,epochs=40,network=ethernet1g,"
-            "scale=smoke,tau=2,timing=virtual"
-        )
-    )
+    run_dir = run_dir_of(tmp_path / "cut", *args)
     proc = _popen_run_py(*args, f"out_root={tmp_path / 'cut'}")
     deadline = time.monotonic() + 120
     while (
