@@ -19,7 +19,6 @@ A finished record is never overwritten: `rerun=true` moves it to
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import platform
@@ -43,11 +42,16 @@ SUPERSEDED = ".superseded"  # <runs>/.superseded/: records replaced by rerun=tru
 FINISHED = ("completed", "diverged")
 
 
-@functools.cache
 def file_mode() -> int:
     """The mode a new file gets under the process's umask (0o666 & ~umask): tempfile.mkstemp
-    makes 0600 files, which a lab sharing a project folder could not read. Read once: the
-    umask can only be read by setting it."""
+    makes 0600 files, which a lab sharing a project folder could not read. Linux says the umask
+    in /proc/self/status; elsewhere it can only be read by setting it (and restoring it)."""
+    try:
+        for line in Path("/proc/self/status").read_text().splitlines():
+            if line.startswith("Umask:"):
+                return 0o666 & ~int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
     mask = os.umask(0o022)
     os.umask(mask)
     return 0o666 & ~mask
