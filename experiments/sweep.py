@@ -124,7 +124,8 @@ def failed_points(sweeps: Path, since: float) -> list[str]:
             continue
         for point in points:
             if point.get("status") == "failed":
-                lines.append(f"{' '.join(point['overrides'])}: {point.get('error')}")
+                label = point.get("point") or " ".join(point["overrides"])
+                lines.append(f"{label}: {point.get('error')}")
     return lines
 
 

@@ -82,6 +82,7 @@ class Outcome:
     """How one point of the sweep ended."""
 
     overrides: list[str]
+    point: str  # the point as the user reads it: its values of the keys the sweep varies
     status: str  # skipped | duplicate | failed | completed | diverged | ...
     run_dir: str | None = None
     error: str | None = None
@@ -162,7 +163,8 @@ class CommsgdSweeper(Sweeper):
         group = self._group(arguments, varying, started)
         print(f"sweep: {len(points)} points" + (f" over {', '.join(varying)}" if varying else ""))
         for overrides in points:
-            outcome = Outcome(overrides=overrides, status="failed")
+            label = self._label(overrides, varying)
+            outcome = Outcome(overrides=overrides, point=label, status="failed")
             outcomes.append(outcome)
             try:
                 cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
@@ -181,7 +183,7 @@ class CommsgdSweeper(Sweeper):
                     continue
             except Exception as e:  # any refusal is this point's, never the sweep's
                 outcome.error, outcome.exit_code = describe(e), 2
-                print(f"failed {self._label(overrides, varying)}: {outcome.error}", file=sys.stderr)
+                print(f"failed {label}: {outcome.error}", file=sys.stderr)
                 continue
             if group is not None and point.config["experiment_name"] == "default":
                 overrides = [*overrides, f"wandb.group='{group}'"]
@@ -195,7 +197,7 @@ class CommsgdSweeper(Sweeper):
             self._write_record(record, arguments, outcomes)
         failed = [o for o in outcomes if o.status == "failed"]
         for o in failed:
-            print(f"error: {self._label(o.overrides, varying)}: {o.error}", file=sys.stderr)
+            print(f"error: {o.point}: {o.error}", file=sys.stderr)
         if failed:
             sys.stdout.flush()
             raise SystemExit(2 if all(o.exit_code == 2 for o in failed) else 1)
