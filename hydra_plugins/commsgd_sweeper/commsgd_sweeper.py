@@ -159,9 +159,10 @@ class CommsgdSweeper(Sweeper):
         points, varying = self.points(arguments)
         outcomes: list[Outcome] = []
         to_launch: list[tuple[list[str], Outcome]] = []
-        planned: dict[Path, list[str]] = {}
+        planned: dict[Path, str] = {}  # run directory -> the point that runs it
         group = self._group(arguments, varying, started)
-        print(f"sweep: {len(points)} points" + (f" over {', '.join(varying)}" if varying else ""))
+        over = f" over {', '.join(varying)}" if varying else ""
+        print(f"sweep: {len(points)} points{over}", flush=True)
         for overrides in points:
             label = self._label(overrides, varying)
             outcome = Outcome(overrides=overrides, point=label, status="failed")
@@ -170,12 +171,11 @@ class CommsgdSweeper(Sweeper):
                 cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
                 point = check(cfg, sweep=True)
                 outcome.run_dir = str(point.run_dir)
-                if point.run_dir in planned:
+                if point.run_dir in planned:  # another spelling, or a key outside the identity
                     outcome.status = "duplicate"
-                    same = " ".join(planned[point.run_dir])
-                    print(f"skip {' '.join(overrides)}: the same run as {same}", flush=True)
+                    print(f"skip {label}: the same run as {planned[point.run_dir]}", flush=True)
                     continue
-                planned[point.run_dir] = overrides
+                planned[point.run_dir] = label
                 status = finished_status(point.run_dir, point.digest)
                 if status is not None and not cfg.rerun:
                     outcome.status = "skipped"
