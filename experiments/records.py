@@ -172,8 +172,8 @@ class RunLock:
     process dies, so a killed or requeued job never leaves a stale lock. On a file system
     without flock (some network mounts), filelock falls back to a soft lock (`SoftFileLock`
     semantics: a marker file holding the owner's pid and host, reclaimed by the next run on the
-    same host when that process is gone; a marker left by a dead process on another host must
-    be removed by hand, as the message says). A second run of the same directory, e.g. from a
+    same host when that process is gone; a marker left by a process on another host that died
+    must be removed by hand: `<run>/.lock`). A second run of the same directory, e.g. from a
     second sweep started into the same folder, stops with a one-line message naming the holder
     instead of mixing two runs' records."""
 

@@ -234,3 +234,38 @@ def test_atomic_writes_take_the_umask(tmp_path):
     finally:
         os.umask(old)
     assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o640
+
+
+def test_without_flock_the_lock_falls_back_to_a_soft_lock(tmp_path, monkeypatch):
+    """Some network file systems have no flock (ENOSYS): filelock's FileLock then uses a marker
+    file (SoftFileLock semantics); a second process is still refused with one line."""
+    import errno
+    import fcntl
+
+    from experiments.errors import UserError
+    from experiments.records import RunLock
+
+    def no_flock(*args, **kwargs):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    lock = RunLock(tmp_path)
+    with pytest.warns(UserWarning, match="falling back to SoftFileLock"):
+        lock.acquire()
+    try:
+        assert str(os.getpid()) in (tmp_path / ".lock").read_text()  # the soft marker
+        pid = os.fork()
+        if pid == 0:  # another process, on the same file system
+            try:
+                RunLock(tmp_path).acquire()
+                code = 1
+            except UserError as e:
+                code = 0 if "is in use by pid" in str(e) else 2
+            except BaseException:
+                code = 3
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        lock.release()
+    assert not (tmp_path / ".lock").exists()  # a soft marker is removed on release
