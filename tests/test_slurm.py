@@ -55,7 +55,8 @@ def test_sbatch_two_nodes_two_tasks_each_trains_with_world_size_4(slurm_cluster,
     )
     assert slurm_cluster.wait(job, timeout=300) == "COMPLETED", job_output(out, slurm_cluster)
     (run,) = run_dirs(tmp_path)
-    assert "workers=4" in run.name
+    # the run `python run.py ... workers=4` would make: srun's world size is its `workers`
+    assert run.name == run_dir_of(tmp_path, *FAST, "epochs=2", "workers=4").name
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["world_size"] == 4
     assert [r["epoch"] for r in rows(run)] == [1, 2]
