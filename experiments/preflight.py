@@ -55,7 +55,8 @@ def check(config: DictConfig, sweep: bool = False) -> Point:
     check_keys(config)
     plain = resolved_job(config)
     validate(plain)
-    check_world_size(plain["workers"])
+    if not sweep:  # a sweep's jobs run elsewhere (a SLURM array): each job checks its own
+        check_world_size(plain["workers"])
     check_wandb(plain)
     if sweep:
         run_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
