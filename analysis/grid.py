@@ -38,8 +38,8 @@ GROUPS = frozenset(
 @dataclass(frozen=True)
 class Preset:
     """What a composed preset tells the report: its sweep (`params`, override key -> sweep text),
-    its `extra_sweeps` (each a mapping of the same kind, run after the main sweep with the main
-    sweep's params still in force, as `python -m experiments.sweep` does) and its `report:` node
+    its `extra_sweeps` (`hydra.sweeper.grids`: each a mapping of the same kind, on top of the
+    main sweep's params, as hydra_plugins/commsgd_sweeper runs them) and its `report:` node
     (plain containers, interpolations resolved)."""
 
     params: dict[str, Any] = field(default_factory=dict)
