@@ -10,10 +10,15 @@ STAMP := $(VENV)/.installed
 SCALE ?= cpu
 CLUSTER ?= local
 OUT ?= outputs
+RESULTS ?= results
+# A preset's sweep (its missing points; every point runs, failures listed at the end), then its
+# report into $(RESULTS)/<preset>/$(SCALE)
+SWEEP = $(PY) -m experiments.sweep --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT) \
+	--results $(RESULTS)
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-fast test-unit test-dist test-e2e test-slurm lint fmt demo \
-	smoke clean table1 table2 figures report bench bench-quick
+	smoke clean table1 table2 figures report bench bench-quick docs
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -52,29 +57,31 @@ fmt: $(STAMP) ## Format the code with ruff
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-demo: $(STAMP) ## Every algorithm, briefly, on digits with 4 workers; prints the table and figure
-	$(PY) run.py -m experiment=demo scale=$(SCALE) out_root=$(OUT)/demo
-	$(PY) -m analysis.report $(OUT)/demo/runs --out $(OUT)/demo/report --name demo
+demo: $(STAMP) ## Every algorithm, briefly, 3 seeds, digits, 4 workers; writes $(RESULTS)/demo/$(SCALE)
+	$(SWEEP) demo
 
-table1: $(STAMP) ## Overlap-Local-SGD Table 1 (IID): run missing points, write results/table1/$(SCALE)
-	$(PY) -m experiments.sweep table1 --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT)
+table1: $(STAMP) ## Overlap-Local-SGD Table 1 (IID): run missing points, write $(RESULTS)/table1/$(SCALE)
+	$(SWEEP) table1
 
-table2: $(STAMP) ## Table 2 (non-IID): run missing points, write results/table2/$(SCALE)
-	$(PY) -m experiments.sweep table2 --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT)
+table2: $(STAMP) ## Table 2 (non-IID): run missing points, write $(RESULTS)/table2/$(SCALE)
+	$(SWEEP) table2
 
 figures: $(STAMP) ## Figures 4 and 5 of the Overlap-Local-SGD paper (runs what is missing)
-	$(PY) -m experiments.sweep fig4 --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT)
-	$(PY) -m experiments.sweep fig5 --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT)
+	$(SWEEP) fig4
+	$(SWEEP) fig5
 
 report: table1 table2 figures ## Every preset: tables, figures, LOSP and pseudo-sync studies
-	$(PY) -m experiments.sweep losp --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT)
-	$(PY) -m experiments.sweep pseudo_sync --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT)
+	$(SWEEP) losp
+	$(SWEEP) pseudo_sync
 
 bench: $(STAMP) ## Performance benchmarks as ratios side by side (~10 min): benchmarks/RESULTS.md
 	$(PY) -m benchmarks
 
 bench-quick: $(STAMP) ## The benchmarks' code path in a few steps (no figure is a measurement)
 	$(PY) -m benchmarks --quick
+
+docs: $(STAMP) ## Regenerate docs/config.md (every config key) from the schema
+	$(PY) -m experiments.config_doc > docs/config.md
 
 smoke: $(STAMP) ## One tiny run on synthetic data with 2 workers (seconds)
 	$(PY) run.py scale=smoke dataset=synthetic wandb.mode=disabled out_root=$(OUT)/smoke

@@ -1,98 +1,101 @@
-"""One run, or a Hydra sweep of runs: `python run.py key=value ...`, `python run.py -m ...`.
+"""One run, or a sweep of runs: `python run.py key=value ...`, `python run.py -m ...`.
 
-Each Hydra job validates its config, then starts `workers` processes (or is one worker, under
-torchrun/srun), trains, and leaves its record in a directory named after its overrides
-(`<out_root>/runs/<overrides>`), so a rerun of a sweep finds and skips its finished runs.
-See README.md and ../shared/docs/contract.md.
+Hydra composes the config against its schema (experiments/schema.py); every error of the
+command line or of a value is one `error: ...` line and exit code 2 before any run directory
+exists (experiments/preflight.py). Each run then starts `workers` processes (or is one worker,
+under torchrun/srun), trains, and leaves its record in `<out_root>/runs/<name>-<digest>`, named
+by its resolved config (experiments/identity.py): a rerun finds and skips a finished run of the
+same config, a changed config gets a new directory. A sweep (`-m`) runs every point through
+hydra_plugins/commsgd_sweeper: a failing point is recorded and the others run; the sweep exits
+non-zero at the end with one line per failed point. See README.md and docs/config.md.
+
+Exit codes: 0 completed or diverged; 1 a worker failed; 2 bad input; 3 stopped by a signal with
+a checkpoint (rerun to resume); 130 Ctrl-C without a checkpoint.
 """
 
 from __future__ import annotations
 
 import os
-import shutil
 import sys
-import tempfile
-from pathlib import Path
+import traceback
+from typing import Any
 
 import hydra
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig
+from hydra.types import RunMode
+from omegaconf import DictConfig, OmegaConf
 
-import experiments  # noqa: F401 - registers the config's resolvers (run_name, ceil_div)
+import experiments  # noqa: F401 - registers the schema and the resolvers (run_name, out_dir)
 from experiments.errors import Cancelled, Interrupted, UserError, WorkerFailed
 
+EXIT_FAILED = 1  # a worker failed
+EXIT_USER = 2  # bad input, before any worker starts
 EXIT_INTERRUPTED = 3  # stopped on a signal with a checkpoint: rerun the command to resume
+EXIT_CANCELLED = 130  # Ctrl-C without a checkpoint
 
 
-CONF = Path(__file__).resolve().parent / "conf"
-MIN_FREE_MB = float(os.environ.get("COMMSGD_MIN_FREE_MB", 100))  # below: the output disk is full
-
-
-def check_group_options(argv: list[str]) -> None:
-    """Fail with one line for an unknown option of a config group (`algorithm=sgd`), before
-    Hydra answers with a multi-line error; sweeps (`algorithm=a,b`) are checked value by value."""
-    for arg in argv:
-        key, sep, value = arg.partition("=")
-        group = key.lstrip("+~")
-        if not sep or "(" in value or not (CONF / group).is_dir() or "/" in group:
-            continue
-        options = sorted(p.stem for p in (CONF / group).glob("*.yaml"))
-        for option in value.split(","):
-            if option not in options and option != "null":
-                print(
-                    f"error: unknown {group} {option!r}; choose from {', '.join(options)}",
-                    file=sys.stderr,
-                )
-                sys.exit(2)
-
-
-def check_output_root(argv: list[str]) -> None:
-    """Fail with one line, before Hydra creates anything, when out_root cannot be written.
-
-    Hydra itself would crash with a traceback while making the run directory.
-    """
-    roots = [a.split("=", 1)[1] for a in argv if a.startswith("out_root=")] or ["outputs"]
-    for root in roots[-1].split(","):
-        path = Path(root).expanduser() / "runs"
-        try:
-            path.mkdir(parents=True, exist_ok=True)
-            with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
-                pass
-        except OSError as e:
-            print(f"error: output directory {path} is not writable: {e.strerror}", file=sys.stderr)
-            sys.exit(2)
-        free_mb = shutil.disk_usage(path).free / 2**20
-        if free_mb < MIN_FREE_MB:
-            print(
-                f"error: output directory {path} is full: {free_mb:.1f} MB free, a run needs "
-                f"at least {MIN_FREE_MB:.0f} MB (COMMSGD_MIN_FREE_MB)",
-                file=sys.stderr,
-            )
-            sys.exit(2)
+def hydra_files(cfg: DictConfig) -> dict[str, str]:
+    """Hydra's record of the job (`.hydra/`: config.yaml unresolved, hydra.yaml,
+    overrides.yaml), written by the runner once the run directory is its to write."""
+    hydra_cfg = HydraConfig.instance().cfg
+    return {
+        "config.yaml": OmegaConf.to_yaml(cfg),
+        "hydra.yaml": OmegaConf.to_yaml(hydra_cfg),
+        "overrides.yaml": OmegaConf.to_yaml(hydra_cfg.hydra.overrides.task),
+    }
 
 
 @hydra.main(version_base="1.3", config_path="conf", config_name="config")
-def main(cfg: DictConfig) -> None:
+def main(cfg: DictConfig) -> dict[str, Any]:
+    """One Hydra job: run the configuration. A single run exits with its code. In a sweep a
+    failure is the point's outcome, returned to the sweeper, so that the other points run;
+    a stop on a signal or Ctrl-C ends the sweep too (SystemExit)."""
     from experiments.runner import run
 
+    hc = HydraConfig.get()
+    in_sweep = hc.mode == RunMode.MULTIRUN
+    run_dir = hc.runtime.output_dir
     try:
-        run(cfg, HydraConfig.get().runtime.output_dir)
+        return {"status": run(cfg, run_dir, hydra_files(cfg)), "run_dir": run_dir}
     except UserError as e:
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(2)
-    except Interrupted:  # rank 0 has said why, and that a rerun resumes
-        sys.exit(EXIT_INTERRUPTED)
+        code, message = EXIT_USER, str(e)
     except WorkerFailed as e:
         if e.details:
             print(e.details, file=sys.stderr)
-        print(f"error: {e}", file=sys.stderr)
-        sys.exit(1)
+        code, message = EXIT_FAILED, str(e)
+    except Interrupted:  # rank 0 has said why, and that a rerun resumes
+        sys.exit(EXIT_INTERRUPTED)
     except Cancelled as e:
         print(f"error: {e}", file=sys.stderr)
-        sys.exit(130)
+        sys.exit(EXIT_CANCELLED)
+    except Exception as e:  # a bug: its traceback, then in a sweep the next point
+        if not in_sweep:
+            raise
+        traceback.print_exc()
+        code, message = EXIT_FAILED, f"{type(e).__name__}: {e}".splitlines()[0]
+    if not in_sweep:
+        print(f"error: {message}", file=sys.stderr)
+        sys.exit(code)
+    print(f"{run_dir}: failed: {message}", file=sys.stderr, flush=True)
+    return {"status": "failed", "error": message, "exit_code": code, "run_dir": run_dir}
+
+
+def cli() -> None:
+    """run.py's entry: Hydra's own errors (composition, overrides, interpolation) as one line
+    and exit code 2. HYDRA_FULL_ERROR makes Hydra raise them instead of printing several
+    lines and exiting 1; the job's own errors are handled in `main`."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from experiments.preflight import describe
+
+    os.environ["HYDRA_FULL_ERROR"] = "1"
+    try:
+        main()
+    except (UserError, HydraException, OmegaConfBaseException) as e:
+        print(f"error: {describe(e)}", file=sys.stderr)
+        sys.exit(EXIT_USER)
 
 
 if __name__ == "__main__":
-    check_group_options(sys.argv[1:])
-    check_output_root(sys.argv[1:])
-    main()
+    cli()

@@ -38,8 +38,8 @@ GROUPS = frozenset(
 @dataclass(frozen=True)
 class Preset:
     """What a composed preset tells the report: its sweep (`params`, override key -> sweep text),
-    its `extra_sweeps` (each a mapping of the same kind, run after the main sweep with the main
-    sweep's params still in force, as `python -m experiments.sweep` does) and its `report:` node
+    its `extra_sweeps` (`hydra.sweeper.grids`: each a mapping of the same kind, on top of the
+    main sweep's params, as hydra_plugins/commsgd_sweeper runs them) and its `report:` node
     (plain containers, interpolations resolved)."""
 
     params: dict[str, Any] = field(default_factory=dict)
@@ -74,7 +74,7 @@ def compose_preset(
     params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=False) or {}
     report = cfg.get("report")
     report = _to_dict_resolving_what_we_can(report) if report is not None else {}
-    extra = cfg.get("extra_sweeps")
+    extra = cfg.hydra.sweeper.get("grids")  # the commsgd sweeper's extra grids
     extra = OmegaConf.to_container(extra, resolve=True) if extra is not None else []
     return Preset(
         params=dict(params), report=dict(report), extra_sweeps=[_overrides(s) for s in extra]

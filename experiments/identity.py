@@ -16,9 +16,17 @@ computes or what its record says:
   configuration is the same run on every launcher;
 - `dataset.root`, `dataset.download`, `dataset.verify_checksums`: where the data lies and how
   it is fetched;
-- `report`, `extra_sweeps`, `scale.target_acc`: what a preset's report does with the runs;
+- `report`, `scale.target_acc`: what a preset's report does with the runs;
 - `rerun`: a request to recompute a finished run, not a property of it;
 - `hydra`: Hydra's own settings.
+
+A run's directory is `<out_root>/runs/<readable>-<digest>` (`run_name`): the readable part is
+built from the config's values (the algorithm, its knobs that differ from their defaults, tau for
+round-based methods, the seed), never from how the overrides were spelled; the digest makes it
+unique.
+
+SERIES_KEYS names the keys that define a series in a comparison (a line in a figure, a row in a
+table, a tag in W&B): W&B's tags and the analysis read this one list.
 """
 
 from __future__ import annotations
@@ -43,13 +51,25 @@ NON_IDENTITY_KEYS: tuple[str, ...] = (
     "dataset.download",
     "dataset.verify_checksums",
     "report",
-    "extra_sweeps",
     "scale.target_acc",
     "rerun",
     "hydra",
 )
 
 DIGEST_CHARS = 10  # hex characters of the sha256 kept in directory names (40 bits)
+
+# The keys that name a series: what a reader compares runs by. "algorithm.*" stands for every
+# knob of the run's algorithm (PowerSGD's rank, Overlap-Local-SGD's alpha and beta, ...).
+SERIES_KEYS: tuple[str, ...] = (
+    "algorithm.name",
+    "algorithm.*",
+    "tau",
+    "workers",
+    "network.name",
+    "partition.name",
+    "compute.slowdown",
+    "comm.compression",
+)
 
 
 def identity_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -94,3 +114,70 @@ def digest(cfg: Mapping[str, Any], chars: int = DIGEST_CHARS) -> str:
     """The identity of the resolved config `cfg`: a hex sha256 of its identity keys."""
     text = canonical_json(identity_config(cfg))
     return hashlib.sha256(text.encode()).hexdigest()[:chars]
+
+
+def series(cfg: Mapping[str, Any]) -> dict[str, Any]:
+    """The resolved config `cfg`'s value of every key of SERIES_KEYS, `algorithm.*` expanded to
+    the algorithm's knobs (dotted key -> value; keys the config lacks are left out)."""
+    out: dict[str, Any] = {}
+    for key in SERIES_KEYS:
+        if key == "algorithm.*":
+            algo = cfg.get("algorithm") or {}
+            out.update({f"algorithm.{k}": v for k, v in algo.items() if k != "name"})
+            continue
+        node: Any = cfg
+        for part in key.split("."):
+            node = node.get(part, _ABSENT) if isinstance(node, Mapping) else _ABSENT
+        if node is not _ABSENT:
+            out[key] = node
+    return out
+
+
+def is_series_key(dotted: str) -> bool:
+    """Whether the dotted config key `dotted` names a series (SERIES_KEYS, `algorithm.*`)."""
+    return dotted in SERIES_KEYS or (dotted.startswith("algorithm.") and dotted != "algorithm")
+
+
+_ABSENT = object()
+
+
+def readable_name(cfg: Mapping[str, Any]) -> str:
+    """The human part of a run's directory name, from the resolved config's values: the
+    algorithm, its knobs that differ from the algorithm's defaults, tau (round-based methods
+    only) and the seed, e.g. `powersgd-rank2-seed0`, `local_sgd-tau4-seed1`."""
+    import dataclasses
+
+    import algorithms
+
+    algo = dict(cfg.get("algorithm") or {})
+    name = str(algo.pop("name", "unknown"))
+    parts = [name]
+    cls = algorithms.REGISTRY.get(name)
+    defaults = {}
+    if cls is not None:
+        defaults = {
+            f.name: f.default
+            for f in dataclasses.fields(cls.Config)
+            if f.default is not dataclasses.MISSING
+        }
+    for key, value in algo.items():
+        if key not in defaults or defaults[key] != value:
+            parts.append(f"{key}{_short(value)}")
+    if cls is None or cls.periodic:
+        parts.append(f"tau{_short(cfg.get('tau'))}")
+    parts.append(f"seed{_short(cfg.get('seed'))}")
+    return "-".join(parts)
+
+
+def _short(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if isinstance(value, float):
+        value = f"{value:g}"
+    text = "".join(c if c.isalnum() or c in "._+" else "_" for c in str(value))
+    return text[:24]
+
+
+def run_name(cfg: Mapping[str, Any]) -> str:
+    """The run directory's name for the resolved config `cfg`: `<readable>-<digest>`."""
+    return f"{readable_name(cfg)}-{digest(cfg)}"

@@ -1,8 +1,19 @@
-"""Metric sinks: `log(metrics, step)` and `close()`; rank 0 only.
+"""Metric sinks: `log(metrics, step)` and `close(outcome, exit_code)`; rank 0 only.
 
 The JSONL file in the run directory is always written and is the source of truth; W&B mirrors
-it (mode `disabled`, `offline` (default) or `online`; project from the config, group = the
-experiment, job type = the algorithm).
+it (mode `disabled`, `offline` (default) or `online`), shaped for comparison reports:
+
+- group: `wandb.group`, else `experiment_name` (a preset); an ad-hoc sweep sets `wandb.group` to
+  its start time and the keys it varies (hydra_plugins/commsgd_sweeper); job type: the algorithm;
+- name: the run directory's readable part (the algorithm, its non-default knobs, tau, seed);
+- tags: `key=value` for every series key (experiments/identity.py SERIES_KEYS: the algorithm
+  and each of its knobs, tau, workers, network, partition, compute.slowdown, comm.compression),
+  plus scale, dataset and timing;
+- x-axes: `time/train_s` for every `test/*` and `train/*` metric (on the run's clock: modeled
+  with timing=virtual, measured with timing=real); `epoch` is defined too;
+- summary: status, final and best test accuracy, final training loss, steps, the step of a
+  divergence and the exit code; a failed run finishes with its non-zero exit code, an
+  interrupted one (checkpoint saved, a rerun resumes) is marked preempting (exit code 3).
 """
 
 from __future__ import annotations
@@ -14,11 +25,27 @@ from typing import Any, Protocol
 
 from experiments.records import METRICS, write_text_atomic
 
+EXIT_FAILED, EXIT_INTERRUPTED = 1, 3  # run.py's exit codes
+# What the W&B run summary gets from the training's result.
+SUMMARY_KEYS = (
+    "status",
+    "final/test_acc",
+    "final/test_acc_local",
+    "best/test_acc",
+    "final/train_loss",
+    "steps",
+    "diverged_at_step",
+    "time/train_s",
+    "comm/bytes",
+)
+
 
 class Sink(Protocol):
     def log(self, metrics: dict[str, Any], step: int) -> None: ...
 
-    def close(self) -> None: ...
+    def close(self, outcome: dict[str, Any] | None = None, exit_code: int = 0) -> None:
+        """End the sink: `outcome` is the training's result (None when training raised);
+        `exit_code` the program's exit code for this run."""
 
 
 class JsonlSink:
@@ -52,7 +79,7 @@ class JsonlSink:
         self.lines.append(json.dumps(row, sort_keys=True))
         self._write()
 
-    def close(self) -> None:
+    def close(self, outcome: dict[str, Any] | None = None, exit_code: int = 0) -> None:
         pass
 
 
@@ -61,6 +88,30 @@ def _clean(v: Any) -> Any:
     if isinstance(v, float) and not math.isfinite(v):
         return None
     return v
+
+
+def wandb_tags(cfg: dict[str, Any]) -> list[str]:
+    """`key=value` for every series key of `cfg` (`.name` dropped: `network=ethernet1g`), then
+    scale, dataset and timing; W&B allows 64 characters a tag."""
+    from experiments.identity import series
+
+    tags = [f"{key.removesuffix('.name')}={_tag_value(v)}" for key, v in series(cfg).items()]
+    tags += [
+        f"scale={(cfg.get('scale') or {}).get('name', 'custom')}",
+        f"dataset={cfg['dataset']['name']}",
+        f"timing={cfg['timing']}",
+    ]
+    return [t[:64] for t in tags]
+
+
+def _tag_value(value: Any) -> str:
+    if isinstance(value, bool):
+        return str(value).lower()
+    if value is None:
+        return "null"
+    if isinstance(value, list):
+        return ",".join(_tag_value(v) for v in value)
+    return str(value)
 
 
 class WandbSink:
@@ -79,25 +130,33 @@ class WandbSink:
             entity=wb.get("entity"),
             mode=wb["mode"],
             dir=str(run_dir),
-            group=cfg.get("experiment_name"),
+            group=wb.get("group") or cfg.get("experiment_name"),
             job_type=cfg["algorithm"]["name"],
             name=run_name,
-            # tags to filter and group by in a W&B comparison report
-            tags=[
-                f"tau={cfg['tau']}",
-                f"partition={cfg['partition']['name']}",
-                f"scale={cfg.get('scale', {}).get('name', 'custom')}",
-                f"timing={cfg['timing']}",
-            ],
+            tags=wandb_tags(cfg),  # to filter and group by in a W&B comparison report
             config=cfg,
             settings=wandb.Settings(silent=True, console="off"),
         )
+        # Accuracy and loss against the run's training time (virtual or measured: `timing`).
+        self._run.define_metric("time/train_s")
+        self._run.define_metric("epoch")
+        for pattern in ("test/*", "train/*"):
+            self._run.define_metric(pattern, step_metric="time/train_s")
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
         self._run.log(metrics, step=step)
 
-    def close(self) -> None:
-        self._run.finish()
+    def close(self, outcome: dict[str, Any] | None = None, exit_code: int = 0) -> None:
+        if outcome is None:  # training raised: the run failed
+            summary = {"status": "failed", "exit_code": exit_code or EXIT_FAILED}
+        else:
+            summary = {k: outcome.get(k) for k in SUMMARY_KEYS if k in outcome}
+            if outcome.get("status") == "interrupted":
+                exit_code = exit_code or EXIT_INTERRUPTED
+                self._run.mark_preempting()
+            summary["exit_code"] = exit_code
+        self._run.summary.update({k: _clean(v) for k, v in summary.items()})
+        self._run.finish(exit_code=summary["exit_code"])
 
 
 class MultiSink:
@@ -108,9 +167,9 @@ class MultiSink:
         for s in self.sinks:
             s.log(metrics, step)
 
-    def close(self) -> None:
+    def close(self, outcome: dict[str, Any] | None = None, exit_code: int = 0) -> None:
         for s in self.sinks:
-            s.close()
+            s.close(outcome, exit_code)
 
 
 def make_sinks(

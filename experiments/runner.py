@@ -1,11 +1,16 @@
 """From a resolved config to a finished run directory.
 
 `run(cfg, run_dir)` is what run.py calls in the Hydra job:
-1. validate every value and the data (one-line `UserError`s, before any worker starts);
-2. skip the run when its directory already holds a finished result;
-3. write the resolved config, the data card and `status: running`;
-4. start the workers (or become one, under torchrun/srun) and train;
-5. rank 0 writes the final summary; a crash leaves `status: failed`, never `completed`.
+1. check that a launcher (torchrun/srun) started as many workers as the config says;
+2. skip the run when its directory holds a finished run of the same identity (its digest,
+   experiments/identity.py), checked again once the directory is locked, so that two identical
+   commands never both train; with `rerun=true`, move that record aside instead
+   (records.supersede) and run again;
+3. validate every value and the data (one-line `UserError`s, before any worker starts);
+4. write the resolved config, Hydra's `.hydra/` files, the identity, the data card and
+   `status: running`;
+5. start the workers (or become one, under torchrun/srun) and train;
+6. rank 0 writes the final summary; a crash leaves `status: failed`, never `completed`.
 """
 
 from __future__ import annotations
@@ -30,21 +35,27 @@ from experiments import dist as d
 from experiments.checkpoint import Stopper
 from experiments.clock import make_clock
 from experiments.errors import Cancelled, Interrupted, UserError, WorkerFailed
+from experiments.identity import digest, identity_config, readable_name
+from experiments.preflight import check_world_size
 from experiments.records import (
     CONFIG,
     DATA_CARD,
     HEARTBEAT,
+    IDENTITY,
     RunLock,
+    finished_status,
     git_sha,
-    is_finished,
     read_summary,
+    supersede,
     update_summary,
     write_json_atomic,
+    write_text_atomic,
 )
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 WANDB_MODES = ("disabled", "offline", "online")
 TIMINGS = ("real", "virtual")  # timing.md
+EXIT_FAILED, EXIT_CANCELLED = 1, 130  # run.py's exit codes, for the W&B run
 
 
 # Numbers that may be infinite: an ideal network's bandwidth.
@@ -181,15 +192,22 @@ def check_data(cfg: dict[str, Any]):
     return bundle, card
 
 
-def run(cfg: DictConfig, run_dir: str | Path) -> str:
+def run(cfg: DictConfig, run_dir: str | Path, hydra_files: dict[str, str] | None = None) -> str:
     """Run one configuration into `run_dir`; return the final status. A run directory with a
-    checkpoint and no finished result is resumed (experiments/checkpoint.py)."""
+    checkpoint and no finished result is resumed (experiments/checkpoint.py). `hydra_files`:
+    Hydra's record of the job, written to `.hydra/` when the run starts (never over a finished
+    record)."""
     run_dir = Path(run_dir)
-    plain: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True)
+    plain: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    rerun = bool(plain.pop("rerun", False))  # a request, not part of the record
+    ident = digest(plain)
     worker = d.external_worker()
+    # The launcher's world size must be the config's: a 2-process torchrun of `workers=4`
+    # would otherwise record 2 workers under the 4-worker run's identity.
+    check_world_size(plain["workers"], worker.world_size if worker is not None else None)
     is_main = worker is None or worker.rank == 0
-    if is_finished(run_dir):
-        status = read_summary(run_dir)["status"]
+    status = finished_status(run_dir, ident)
+    if status is not None and not rerun:
         if is_main:
             print(f"skip {run_dir}: already {status}", flush=True)
         return status
@@ -198,20 +216,32 @@ def run(cfg: DictConfig, run_dir: str | Path) -> str:
         run_dir.mkdir(parents=True, exist_ok=True)
         lock.acquire()
     try:
-        return _run(plain, run_dir, worker, is_main)
+        if is_main:
+            # Again under the lock: an identical command may have finished it meanwhile.
+            status = finished_status(run_dir, ident)
+            if status is not None and not rerun:
+                print(f"skip {run_dir}: already {status}", flush=True)
+                return status
+            if status is not None:
+                moved = supersede(run_dir)
+                print(f"rerun {run_dir}: the previous record moved to {moved}", flush=True)
+        return _run(plain, run_dir, worker, is_main, ident, hydra_files or {})
     finally:
         if lock is not None:
             lock.release()
 
 
-def _run(plain: dict[str, Any], run_dir: Path, worker: d.Worker | None, is_main: bool) -> str:
+def _run(
+    plain: dict[str, Any],
+    run_dir: Path,
+    worker: d.Worker | None,
+    is_main: bool,
+    ident: str,
+    hydra_files: dict[str, str],
+) -> str:
     validate(plain)
     if worker is not None:
         d.check_rendezvous_port(worker)
-    if worker is not None and worker.world_size != plain["workers"]:
-        # Under torchrun/srun the launcher decides the world size; the record must say so.
-        plain["workers"] = worker.world_size
-        validate(plain)
     # A checkpoint that cannot be used is an error before any worker starts (never a silent
     # restart from scratch); launched workers check their own file again.
     meta = ckpt.verify(run_dir, plain, ranks=None if worker is None else [worker.rank])
@@ -219,7 +249,11 @@ def _run(plain: dict[str, Any], run_dir: Path, worker: d.Worker | None, is_main:
 
     if is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / CONFIG).write_text(OmegaConf.to_yaml(OmegaConf.create(plain)))
+        (run_dir / ".hydra").mkdir(exist_ok=True)
+        for name, text in hydra_files.items():
+            write_text_atomic(run_dir / ".hydra" / name, text)
+        write_text_atomic(run_dir / CONFIG, OmegaConf.to_yaml(OmegaConf.create(plain)))
+        write_json_atomic(run_dir / IDENTITY, identity_config(plain))
         write_json_atomic(run_dir / DATA_CARD, card)
         previous = read_summary(run_dir) or {}
         resumed = previous.get("resumed", [])
@@ -229,6 +263,7 @@ def _run(plain: dict[str, Any], run_dir: Path, worker: d.Worker | None, is_main:
             run_dir,
             drop=("error", "interrupted", "finished_at"),
             status="running",
+            identity=ident,
             world_size=plain["workers"],
             git_sha=git_sha(),
             torch_version=torch.__version__,
@@ -460,7 +495,7 @@ def train_worker(
         sink = make_sinks(
             run_dir,
             cfg,
-            run_dir.name,
+            readable_name(cfg),
             wandb_id=summary.get("wandb_id"),
             keep_until_step=meta["step"] if meta is not None else None,
         )
@@ -489,9 +524,14 @@ def train_worker(
             sink,
             checkpointing,
         )
-    finally:
-        if sink is not None:
-            sink.close()
+    except BaseException as e:
+        if sink is not None:  # the W&B run ends failed, with the program's exit code
+            sink.close(
+                exit_code=EXIT_CANCELLED if isinstance(e, KeyboardInterrupt) else EXIT_FAILED
+            )
+        raise
+    if sink is not None:
+        sink.close(outcome=result)
     if rank == 0:
         if result["status"] == "interrupted":
             write_interruption(run_dir, result["steps"], stopper)

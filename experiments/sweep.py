@@ -2,23 +2,25 @@
 
     python -m experiments.sweep table1 --scale cpu [--cluster local] [key=value ...]
 
-is what `make table1`, `make table2`, `make figures` and `make report` call. It runs
+is what `make table1`, `make table2`, `make figures`, `make report` and `make demo` call. It runs
 `python run.py -m experiment=<name> scale=<scale> cluster=<cluster>` into
-`<out-root>/<name>/runs` (Hydra's sweep; a point whose directory holds a completed or diverged
-run is skipped, so an interrupted sweep resumes where it stopped and no finished result is
-recomputed or overwritten), then each of the preset's `extra_sweeps` (a Hydra sweep is a
-cartesian product; e.g. fig4's PowerSGD ranks), then
-`python -m analysis.report --experiment <name> --scale <scale>` into `<results>/<name>/<scale>/`.
+`<out-root>/<name>/runs`: every point of the preset's grids (hydra_plugins/commsgd_sweeper); a
+point whose directory holds a finished run of the same config is skipped, so an interrupted
+sweep resumes where it stopped and no finished result is recomputed or overwritten; a point
+that fails is recorded and the others run. Then it writes the report of what finished,
+`python -m analysis.report --experiment <name> --scale <scale>`, into
+`<results>/<name>/<scale>/`, and ends with one `error:` line per failed point and a non-zero
+exit code when any failed. A stop (Ctrl-C, a signal) ends it at once, without a report.
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import subprocess
 import sys
+import time
 from pathlib import Path
-
-from omegaconf import OmegaConf
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -50,10 +52,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.cluster not in clusters:
         fail(f"unknown cluster {args.cluster!r}; choose from {', '.join(clusters)}")
 
-    preset = OmegaConf.load(CONF / "experiment" / f"{args.experiment}.yaml")
-    extra_sweeps = [list(s) for s in preset.get("extra_sweeps", [])]
     runs_root = Path(args.out_root) / args.experiment
-    base = [
+    command = [
         sys.executable,
         str(REPO / "run.py"),
         "-m",
@@ -63,17 +63,21 @@ def main(argv: list[str] | None = None) -> int:
         f"out_root={runs_root}",
         *args.overrides,
     ]
+    sweep_code, failed = 0, []
     if not args.no_run:
-        for sweep in [[], *extra_sweeps]:
-            print("$ " + " ".join(base[1:] + sweep), flush=True)
-            proc = subprocess.run(base + sweep, cwd=REPO)
-            if proc.returncode != 0:
-                print(
-                    f"error: the sweep of {args.experiment} stopped (exit {proc.returncode}); "
-                    "rerun the same command to resume it",
-                    file=sys.stderr,
-                )
-                return proc.returncode
+        print("$ " + " ".join(command[1:]), flush=True)
+        started = time.time()
+        sweep_code = subprocess.run(command, cwd=REPO).returncode
+        if sweep_code not in (0, 1, 2):  # a stop (Ctrl-C: 130, a signal: 3): no report
+            print(
+                f"error: the sweep of {args.experiment} stopped (exit {sweep_code}); rerun the "
+                "same command to resume it",
+                file=sys.stderr,
+            )
+            return sweep_code
+        failed = failed_points(runs_root / "sweeps", started)
+        if sweep_code and not failed:  # refused as a whole (its one line is above): no sweep ran
+            return sweep_code
     out = Path(args.results) / args.experiment / args.scale
     report = [
         sys.executable,
@@ -96,7 +100,33 @@ def main(argv: list[str] | None = None) -> int:
         )
         with provenance.open("a") as f:
             f.write(f"sweep command: {sweep}\n")
-    return code
+    for line in failed:  # at the very end, after the report's output
+        print(f"error: {line}", file=sys.stderr)
+    if sweep_code:
+        print(
+            f"error: {len(failed) or 'some'} point(s) of {args.experiment} failed (above); the "
+            "report covers the runs that finished; rerun the same command to retry the others",
+            file=sys.stderr,
+        )
+    return sweep_code or code
+
+
+def failed_points(sweeps: Path, since: float) -> list[str]:
+    """`<point>: <reason>` for each failed point of the sweeps recorded under `sweeps` since
+    `since` (the sweeper's `sweep.json`)."""
+    lines = []
+    for record in sorted(sweeps.glob("*/sweep.json")):
+        if record.stat().st_mtime < since:
+            continue
+        try:
+            points = json.loads(record.read_text())["points"]
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        for point in points:
+            if point.get("status") == "failed":
+                label = point.get("point") or " ".join(point["overrides"])
+                lines.append(f"{label}: {point.get('error')}")
+    return lines
 
 
 if __name__ == "__main__":

@@ -52,3 +52,17 @@ def module(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedP
         text=True,
         timeout=timeout,
     )
+
+
+def run_dir_of(out_root, *overrides: str) -> Path:
+    """The run directory `python run.py OVERRIDES out_root=OUT_ROOT` uses (named by its
+    resolved config, experiments/identity.py), without running it."""
+    from hydra import compose, initialize_config_dir
+
+    import experiments  # noqa: F401 - the schema and the resolvers
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose(
+            "config", overrides=[*overrides, f"out_root={out_root}"], return_hydra_config=True
+        )
+    return Path(str(cfg.hydra.run.dir)).absolute()

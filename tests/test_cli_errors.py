@@ -104,3 +104,74 @@ def test_bad_algorithm_knob_is_one_line_and_exit_2(tmp_path, overrides, fragment
     proc = run_py(*FAST, *overrides, f"out_root={tmp_path}")
     assert_user_error(proc, *fragments)
     assert_nothing_completed(tmp_path)
+
+
+@pytest.mark.parametrize(
+    "override, line",
+    [
+        ("foo=1", "error: unknown key foo: no code reads it (the keys: docs/config.md)"),
+        ("+foo=1", "error: unknown key foo: no code reads it (the keys: docs/config.md)"),
+        ("+compute.foo=1", "error: unknown key compute.foo: no code reads it"),
+        ("tau=abc", "error: tau must be an integer, got 'abc'"),
+        ("timing=sometimes", "error: timing must be one of real, virtual, got 'sometimes'"),
+        ("cluster.backend=mpi2", "error: cluster.backend must be one of auto, gloo, nccl, got"),
+        ("tau=${oops}", "error: tau: Interpolation key 'oops' not found"),
+        ("tau=[1", "error: cannot read the override 'tau=[1': "),
+        ("lr_decay_at=abc", "error: lr_decay_at must be a list (e.g. lr_decay_at=[0.5,0.75])"),
+        ("out_root=", "error: out_root is empty: name a directory (default: outputs)"),
+    ],
+)
+def test_every_config_error_is_one_line_exit_2_and_nothing_on_disk(tmp_path, override, line):
+    """issue 12 items 1 and 6: an unknown key exited 1 (the code for a failed worker) with a
+    multi-line Hydra message; types and enums were checked only after the run directory
+    existed; `+key=value` that no code reads went through."""
+    proc = run_py(*FAST, f"out_root={tmp_path / 'out'}", override)
+    assert proc.returncode == 2, proc.stderr
+    assert len(proc.stderr.strip().splitlines()) == 1, proc.stderr
+    assert proc.stderr.strip().startswith(line), proc.stderr
+    assert not (tmp_path / "out").exists()  # no run directory, not even <out_root>/runs
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        ["--help"],
+        ["--cfg", "job"],
+        ["--cfg", "job", "--resolve"],
+        ["--info"],
+        ["--hydra-help"],
+        ["-sc", "install=bash"],
+        ["-sc", "query=bash"],
+    ],
+)
+def test_help_config_info_and_completion_create_nothing(tmp_path, args):
+    """issue 12 item 6: --help, --cfg job, --info and shell completion created outputs/runs."""
+    import subprocess
+    import sys
+
+    from tests.cli import REPO, child_env
+
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *args],
+        cwd=tmp_path,  # the default out_root, `outputs`, is relative to here
+        env=child_env({"COMP_LINE": "python run.py algorithm=lo"}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_a_sweep_of_bad_values_refuses_every_point_with_one_line_each(tmp_path):
+    from tests.cli import REPO
+
+    proc = run_py("-m", *FAST, f"out_root={tmp_path}", "algorithm=nope,also_nope")
+    assert proc.returncode == 2
+    options = ", ".join(sorted(p.stem for p in (REPO / "conf" / "algorithm").glob("*.yaml")))
+    assert proc.stderr.strip().splitlines()[-2:] == [
+        f"error: algorithm={name}: unknown algorithm '{name}'; choose from {options}"
+        for name in ("nope", "also_nope")
+    ]
+    assert not list(tmp_path.glob("runs/*/summary.json"))

@@ -236,4 +236,4 @@ def test_status_with_a_preset_skips_a_damaged_config_with_one_warning(tmp_path, 
     assert captured.err.splitlines() == [
         f"warning: {run}: unreadable config skipped (not UTF-8 text (byte 1))"
     ]
-    assert captured.out.splitlines()[-1] == "1 completed, 10 missing"
+    assert captured.out.splitlines()[-1] == "1 completed, 30 missing"

@@ -9,7 +9,7 @@ import math
 import pytest
 
 from tests.cifar_files import write_cifar10
-from tests.cli import module, run_py
+from tests.cli import module, run_dir_of, run_py
 
 pytestmark = pytest.mark.e2e
 
@@ -42,10 +42,11 @@ def assert_clean_exit(proc) -> None:
 def test_local_sgd_run_writes_the_contract_records_and_learns(tmp_path):
     proc = run_py(*FAST, "algorithm=local_sgd", "tau=2", "epochs=4", f"out_root={tmp_path}")
     assert_clean_exit(proc)
-    run_dir = tmp_path / "runs" / "algorithm=local_sgd,dataset=synthetic,epochs=4,scale=smoke,tau=2"
+    run_dir = run_dir_of(tmp_path, *FAST, "algorithm=local_sgd", "tau=2", "epochs=4")
+    assert run_dir.name.startswith("local_sgd-tau2-seed0-")  # readable, then the digest
     assert run_dir.is_dir(), sorted(p.name for p in (tmp_path / "runs").iterdir())
-    for name in ("config.yaml", ".hydra/config.yaml", "metrics.jsonl", "summary.json",
-                 "data_card.json"):  # fmt: skip
+    for name in ("config.yaml", ".hydra/config.yaml", ".hydra/overrides.yaml", "metrics.jsonl",
+                 "summary.json", "data_card.json", "identity.json"):  # fmt: skip
         assert (run_dir / name).is_file(), name
 
     rows = metrics(run_dir)
@@ -75,9 +76,8 @@ def test_local_sgd_run_writes_the_contract_records_and_learns(tmp_path):
     again = run_py(*FAST, "algorithm=local_sgd", "tau=2", "epochs=4", f"out_root={tmp_path}")
     assert_clean_exit(again)
     assert f"skip {run_dir}: already completed" in again.stdout
-    assert (run_dir / "summary.json").read_bytes(), (
-        run_dir / "metrics.jsonl"
-    ).read_bytes() == before
+    after = (run_dir / "summary.json").read_bytes(), (run_dir / "metrics.jsonl").read_bytes()
+    assert after == before
 
 
 def test_local_sgd_tau1_equals_sync_sgd_and_runs_are_deterministic(tmp_path):
@@ -106,6 +106,9 @@ def test_sweep_then_table_and_figure(tmp_path):
     assert_clean_exit(proc)
     runs = sorted(p.name for p in (tmp_path / "runs").iterdir() if p.is_dir())
     assert len(runs) == 4, runs
+    assert not (tmp_path / "runs" / "multirun.yaml").exists()  # the sweep's own record instead
+    (record,) = (tmp_path / "sweeps").iterdir()
+    assert (record / "multirun.yaml").is_file() and (record / "sweep.json").is_file()
     report = module("analysis.report", str(tmp_path / "runs"), "--out", str(tmp_path / "report"))
     assert report.returncode == 0, report.stderr
     assert "sync_sgd" in report.stdout and "local_sgd" in report.stdout

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import REPO, popen_run_py, run_py
+from tests.cli import REPO, popen_run_py, run_dir_of, run_py
 
 pytestmark = pytest.mark.e2e
 
@@ -119,16 +119,15 @@ def test_a_dead_or_hung_worker_ends_the_run_fast_and_leaves_nothing(tmp_path, ho
 def test_ctrl_c_stops_a_sweep_and_the_rerun_does_only_the_missing_points(tmp_path):
     sweep = ["-m", *FAST, "seed=0,1,2", "epochs=100", "dataset.num_train=512"]
     proc = popen(*sweep, f"out_root={tmp_path}")
-    first = (
-        tmp_path / "runs" / "dataset.num_train=512,dataset=synthetic,epochs=100,scale=smoke,seed=0"
-    )
+    point = [*FAST, "epochs=100", "dataset.num_train=512"]
+    first, second, third = (run_dir_of(tmp_path, *point, f"seed={s}") for s in range(3))
     deadline = time.monotonic() + 240
     while not (first / "summary.json").exists() or summary(first)["status"] != "completed":
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.1)
     # then wait for the second point to be training
     deadline = time.monotonic() + 120
-    while not any(p.stat().st_size for p in tmp_path.glob("runs/*seed=1/metrics.jsonl")):
+    while not ((second / "metrics.jsonl").exists() and (second / "metrics.jsonl").stat().st_size):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
     everything = children(proc.pid)
@@ -141,9 +140,8 @@ def test_ctrl_c_stops_a_sweep_and_the_rerun_does_only_the_missing_points(tmp_pat
     assert "Traceback" not in err
     time.sleep(0.5)
     assert not alive(everything)
-    interrupted = first.with_name(first.name.replace("seed=0", "seed=1"))
-    assert summary(interrupted)["status"] == "failed"
-    assert not first.with_name(first.name.replace("seed=0", "seed=2")).exists()
+    assert summary(second)["status"] == "failed"
+    assert not third.exists()
     finished = (first / "summary.json").read_bytes()
 
     rerun = run_py(*sweep, f"out_root={tmp_path}", timeout=600)
@@ -169,13 +167,13 @@ BAD = [
     (["dataset=foo"], "error: unknown dataset 'foo'; choose from cifar10, digits, synthetic"),
     (["partition=foo"], "error: unknown partition 'foo'; choose from dirichlet, iid, noniid"),
     (["network=foo"], "error: unknown network 'foo'; choose from ethernet10g"),
-    (["tau=abc"], "error: tau must be an integer >= 1, got 'abc'"),
+    (["tau=abc"], "error: tau must be an integer, got 'abc'"),
     (["tau=0"], "error: tau must be an integer >= 1, got 0"),
     (["workers=0"], "error: workers must be an integer >= 1, got 0"),
-    (["workers=two"], "error: workers must be an integer >= 1, got 'two'"),
+    (["workers=two"], "error: workers must be an integer, got 'two'"),
     (["epochs=-1"], "error: epochs must be an integer >= 1, got -1"),
     (["batch_size=0"], "error: batch_size must be an integer >= 1, got 0"),
-    (["lr=abc"], "error: lr must be a number > 0, got 'abc'"),
+    (["lr=abc"], "error: lr must be a number, got 'abc'"),
     (["lr=-0.1"], "error: lr must be a number > 0, got -0.1"),
     (["lr=nan"], "error: lr must be a finite number, got nan"),
     (["lr=inf"], "error: lr must be a finite number, got inf"),
@@ -185,7 +183,7 @@ BAD = [
     (["algorithm=easgd", "algorithm.alpha=nan"], "error: algorithm.alpha must be a finite"),
     (
         ["algorithm=overlap_local_sgd", "algorithm.beta=x"],
-        "error: algorithm.beta must be a number in [0, 1), got 'x'",
+        "error: algorithm.beta must be a number, got 'x'",
     ),
     (["algorithm=powersgd", "algorithm.rank=0"], "error: algorithm.rank must be an integer >= 1"),
     (
@@ -250,7 +248,7 @@ def test_rendezvous_port_in_use_is_one_line(tmp_path):
 def test_a_second_process_on_the_same_run_directory_is_refused(tmp_path):
     from experiments.records import RunLock
 
-    run_dir = tmp_path / "runs" / "dataset=synthetic,scale=smoke"
+    run_dir = run_dir_of(tmp_path, *FAST)
     run_dir.mkdir(parents=True)
     with RunLock(run_dir):  # as a run of another sweep would hold it
         proc = run_py(*FAST, f"out_root={tmp_path}", timeout=120)

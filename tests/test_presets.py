@@ -44,7 +44,7 @@ def sweep(*args: str) -> subprocess.CompletedProcess:
 
 def test_interrupted_sweep_resumes_only_the_missing_points(tmp_path):
     args = ("demo", "--scale", "smoke", "--out-root", str(tmp_path / "out"), "--results",
-            str(tmp_path / "results"), "algorithm=sync_sgd,local_sgd", "epochs=1",
+            str(tmp_path / "results"), "algorithm=sync_sgd,local_sgd", "seed=0", "epochs=1",
             "wandb.mode=disabled")  # fmt: skip
     first = sweep(*args)
     assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]

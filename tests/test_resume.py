@@ -25,8 +25,8 @@ EXTRA_CASES = {
     # applied 2 steps later, fragment 1 after 4, 10, ... and 6, 12, ... (tau 6)
     "streaming_diloco-delay": ("streaming_diloco", ["tau=6", "algorithm.sync_delay=2"]),
     # compressed averages: blocking (DiLoCo's pseudo-gradients) and in flight (the anchor)
-    "diloco-int8": ("diloco", ["+comm.compression=int8"]),
-    "overlap_local_sgd-bf16": ("overlap_local_sgd", ["+comm.compression=bf16"]),
+    "diloco-int8": ("diloco", ["comm.compression=int8"]),
+    "overlap_local_sgd-bf16": ("overlap_local_sgd", ["comm.compression=bf16"]),
 }
 
 
@@ -184,7 +184,7 @@ def test_run_py_signalled_checkpoints_exits_3_and_the_rerun_resumes_exactly(tmp_
     import signal
     import time
 
-    from tests.cli import run_py
+    from tests.cli import run_dir_of, run_py
 
     args = [
         "scale=smoke",
@@ -197,15 +197,7 @@ def test_run_py_signalled_checkpoints_exits_3_and_the_rerun_resumes_exactly(tmp_
         "tau=2",
         "epochs=40",
     ]
-    run_dir = (
-        tmp_path
-        / "cut"
-        / "runs"
-        / (
-            "algorithm=cocod_sgd,compute.step_time_s=0.01,epochs=40,network=ethernet1g,"
-            "scale=smoke,tau=2,timing=virtual"
-        )
-    )
+    run_dir = run_dir_of(tmp_path / "cut", *args)
     proc = _popen_run_py(*args, f"out_root={tmp_path / 'cut'}")
     deadline = time.monotonic() + 120
     while (

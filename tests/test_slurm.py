@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import REPO, run_py
+from tests.cli import REPO, run_dir_of, run_py
 from tests.slurm_cluster import slurm_cluster  # noqa: F401 - the session fixture
 
 pytestmark = pytest.mark.slurm
@@ -55,7 +55,8 @@ def test_sbatch_two_nodes_two_tasks_each_trains_with_world_size_4(slurm_cluster,
     )
     assert slurm_cluster.wait(job, timeout=300) == "COMPLETED", job_output(out, slurm_cluster)
     (run,) = run_dirs(tmp_path)
-    assert "workers=4" in run.name
+    # the run `python run.py ... workers=4` would make: srun's world size is its `workers`
+    assert run.name == run_dir_of(tmp_path, *FAST, "epochs=2", "workers=4").name
     summary = json.loads((run / "summary.json").read_text())
     assert summary["status"] == "completed" and summary["world_size"] == 4
     assert [r["epoch"] for r in rows(run)] == [1, 2]
@@ -80,9 +81,9 @@ def test_hydra_submitit_launcher_runs_a_two_point_sweep(slurm_cluster, tmp_path)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:] + slurm_cluster.logs()
     runs = run_dirs(tmp_path)
     assert [r.name for r in runs] == [
-        f"algorithm={a},dataset=synthetic,scale=smoke,tau=2,workers=4"
+        run_dir_of(tmp_path, *FAST, f"algorithm={a}", "tau=2", "workers=4").name
         for a in ("local_sgd", "sync_sgd")
-    ]  # cluster.* keys are not part of the name: the same run as on a laptop
+    ]  # cluster.* keys are not part of the identity: the same run as on a laptop
     for run in runs:
         summary = json.loads((run / "summary.json").read_text())
         assert summary["status"] == "completed" and summary["world_size"] == 4, summary

@@ -13,7 +13,7 @@ def make_run(root, name, summary=None, heartbeat_age=None, algorithm="sync_sgd")
     run = root / name
     (run / ".hydra").mkdir(parents=True)
     (run / ".hydra" / "config.yaml").write_text(f"algorithm:\n  name: {algorithm}\n")
-    (run / "config.yaml").write_text(f"algorithm:\n  name: {algorithm}\ntau: 1\n")
+    (run / "config.yaml").write_text(f"algorithm:\n  name: {algorithm}\ntau: 1\nseed: 0\n")
     if summary is not None:
         (run / "summary.json").write_text(json.dumps(summary))
     if heartbeat_age is not None:
@@ -53,7 +53,7 @@ def test_cli_lists_missing_points_of_a_preset_and_check_fails(tmp_path, capsys):
     code = main([str(tmp_path), "--experiment", "demo", "--scale", "smoke", "--check"])
     out = capsys.readouterr().out.splitlines()
     assert code == 1
-    assert out[-1] == "1 completed, 1 failed, 8 missing"
+    assert out[-1] == "1 completed, 1 failed, 28 missing"  # demo: 10 algorithms x 3 seeds
     assert "missing    algorithm=losp" in "\n".join(out)
     assert not any("algorithm=osp " in line and "missing" in line for line in out)
     assert main([str(tmp_path)]) == 0  # without --check: a report, not a verdict

@@ -1,0 +1,456 @@
+"""The config's schema: Hydra structured configs, so that Hydra checks every key, type and enum
+while it composes the config, before any run directory exists (style.md, "The config is one
+typed tree").
+
+The dataclasses below declare each key's type and meaning (the comment above or beside the
+field: `python -m experiments.config_doc` turns them into docs/config.md); the YAML files of
+conf/ fill them in. Where the ConfigStore holds them:
+
+    commsgd_schema             the root (Config): conf/config.yaml's first defaults entry
+    schema/<group>/<option>    one per group option: conf/<group>/<option>.yaml opens with
+                               `defaults: [/schema/<group>/<option>@_here_, _self_]`
+    schema/algorithm/<name>    built from `algorithms.REGISTRY[name].Config` (plus `name`), so a
+                               new algorithm needs no edit here; its Config's defaults are the
+                               schema's
+
+Checks that span several keys (nesterov needs momentum, workers x alpha < 1, ...) stay by hand
+in `experiments.runner.validate`. Hydra lets `+key=value` add keys that no schema declares;
+`unknown_keys` finds them (the pre-flight refuses them). `compute.step_time_s` and
+`compute.slowdown` take a name or a number (a list), which OmegaConf cannot type: they are `Any`
+here and checked by `experiments.clock.make_clock`.
+
+Registration happens on import (importing `experiments` imports this module).
+"""
+
+from __future__ import annotations
+
+import ast
+import dataclasses
+import enum
+import inspect
+import io
+import sys
+import tokenize
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, Optional  # noqa: UP035 - OmegaConf reads these annotations
+
+from hydra.core.config_store import ConfigStore
+from omegaconf import MISSING, DictConfig, OmegaConf
+
+ROOT = "commsgd_schema"
+
+
+class StrEnum(str, enum.Enum):
+    """An enum whose members are their own value as a string: `"real" == Timing.real`, and
+    JSON, YAML and f-strings see the plain name."""
+
+    def __str__(self) -> str:
+        return str(self.value)
+
+
+class Timing(StrEnum):
+    real = "real"
+    virtual = "virtual"
+
+
+class DType(StrEnum):
+    float32 = "float32"
+    float64 = "float64"
+
+
+class WandbMode(StrEnum):
+    disabled = "disabled"
+    offline = "offline"
+    online = "online"
+
+
+class Topology(StrEnum):
+    allreduce = "allreduce"
+    ps = "ps"
+
+
+class Backend(StrEnum):
+    auto = "auto"
+    gloo = "gloo"
+    nccl = "nccl"
+
+
+class Compression(StrEnum):
+    none = "none"
+    fp16 = "fp16"
+    bf16 = "bf16"
+    int8 = "int8"
+
+
+# --- nested nodes of the root ---------------------------------------------------------------
+
+
+@dataclass
+class Compute:
+    # Modeled time (s) of one local step on the reference worker, or `measured` (this
+    # machine's step times). timing=virtual charges it per step; timing=real with
+    # emulate_compute sleeps up to it.
+    step_time_s: Any = MISSING
+    # Worker speeds: none | one_slow | half_slow | lognormal | [f_0, ..., f_{m-1}] (a step of
+    # worker i takes f_i times the step time).
+    slowdown: Any = MISSING
+    factor: float = MISSING  # one_slow / half_slow: how many times slower
+    sigma: float = MISSING  # lognormal: standard deviation of log(slowdown)
+    straggler_prob: float = MISSING  # each step, with this probability, a worker's step takes ...
+    straggler_factor: float = MISSING  # ... this many times longer
+
+
+@dataclass
+class Checkpoint:
+    # SIGUSR1/USR2 (time limit), SIGTERM (preemption), Ctrl-C with checkpoint_every > 0:
+    # save a checkpoint, then stop (exit 3); a rerun resumes.
+    on_signal: bool = MISSING
+    # Workers agree on a pending stop every this many steps (else at the next evaluation).
+    poll_steps: int = MISSING
+    # Act as if SIGUSR1 arrived at this step (try resuming on a laptop); null = never.
+    simulate_signal_at_step: int | None = MISSING
+
+
+@dataclass
+class Wandb:
+    # disabled | offline (records under <run>/wandb; `wandb sync` uploads them) | online
+    mode: WandbMode = MISSING
+    project: str = MISSING  # W&B project
+    entity: str | None = MISSING  # W&B entity (user or team); null = the account's default
+    # W&B group; null = `experiment_name` (a preset), or, in an ad-hoc sweep, the sweep's start
+    # time and the keys it varies (set by the sweeper).
+    group: str | None = MISSING
+
+
+@dataclass
+class Comm:
+    # Number format of the averaged models / pseudo-gradients on the wire (bytes and modeled
+    # time follow the compressed size): none | fp16 | bf16 | int8.
+    compression: Compression = MISSING
+
+
+@dataclass
+class Scale:
+    name: str = MISSING  # smoke | cpu | paper: the run size the other keys were set by
+    target_acc: float = MISSING  # time-to-accuracy target of the presets' tables
+    # Dominant-class share of the non-IID presets that this scale's workers and data allow.
+    noniid_fraction: float = MISSING
+    step_time_s: float = MISSING  # modeled step time of the presets that use the virtual clock
+
+
+# --- the root -------------------------------------------------------------------------------
+
+
+@dataclass
+class Config:
+    # (The groups, conf/<group>/: each option is typed by its own schema, below.)
+
+    dataset: Any = MISSING  # group: digits (offline default) | cifar10 | synthetic
+    model: Any = MISSING  # group: resnet18 | tiny_cnn
+    partition: Any = MISSING  # group: iid | noniid | dirichlet
+    algorithm: Any = MISSING  # group: one per algorithm (algorithms.REGISTRY)
+    network: Any = MISSING  # group: ideal | ethernet40g | ethernet10g | ethernet1g | wan
+    cluster: Any = MISSING  # group: local | slurm
+
+    # W&B group and the name analysis groups runs by; presets set it.
+    experiment_name: str = MISSING
+    seed: int = MISSING  # model init (identical on every rank), data order, partition
+    workers: int = MISSING  # m: number of worker processes (ranks); set by `scale`
+    epochs: int = MISSING  # passes over each worker's shard; set by `scale`
+    tau: int = MISSING  # local updates per round, for every round-based algorithm
+    batch_size: int = MISSING  # per-worker mini-batch; set by `scale`
+    # Base LR for a global batch of 128: the peak LR is lr * batch_size * workers / 128.
+    lr: float = MISSING
+    momentum: float = MISSING  # local (heavy-ball or Nesterov) momentum, in [0, 1)
+    nesterov: bool = MISSING  # Nesterov momentum (needs momentum > 0)
+    weight_decay: float = MISSING  # coupled L2 on every parameter (reference code)
+    warmup_epochs: float = MISSING  # linear warm-up from lr to the peak LR, per iteration
+    # Fractions of `epochs` at which the LR is multiplied by lr_decay.
+    lr_decay_at: list[float] = MISSING
+    lr_decay: float = MISSING  # LR factor at each lr_decay_at point
+    eval_every: int = MISSING  # evaluate every this many epochs (and after the last one)
+    eval_batch_size: int = MISSING  # batch size of the evaluation passes
+    # real: wall-clock, measured | virtual: modeled, deterministic (timing.md). The metric
+    # `time/train_s` (the x-axis of W&B's accuracy and loss charts) is on this clock.
+    timing: Timing = MISSING
+    emulate_network: bool = MISSING  # timing=real: a collective takes at least its modeled time
+    emulate_compute: bool = MISSING  # timing=real: each step sleeps up to its modeled time
+    compute: Compute = MISSING  # worker speeds (timing.md)
+    comm: Comm = MISSING  # how averages travel
+    dtype: DType = MISSING  # float32 | float64 (exact identity tests)
+    # Torch intra-op threads per worker; null = the machine's cores / local workers.
+    threads_per_worker: int | None = MISSING
+    # A collective that waits longer than this fails the run instead of hanging.
+    dist_timeout_s: float = MISSING
+    progress: bool = MISSING  # rank 0 progress bar (plain log lines when stderr is no terminal)
+    # Epochs between checkpoints (at evaluation points); 0 = only on signals. Set by `cluster`.
+    checkpoint_every: int = MISSING
+    checkpoint: Checkpoint = MISSING  # <run dir>/checkpoint/; a rerun of an unfinished run resumes
+    out_root: str = MISSING  # run directories go to <out_root>/runs/<name>-<digest>
+    wandb: Wandb = MISSING  # the W&B mirror of the records
+    # Recompute this run although its directory holds a finished record of the same config; the
+    # previous record moves to <out_root>/runs/.superseded/<name>-<time>/.
+    rerun: bool = MISSING
+    scale: Scale = MISSING  # set by the `scale` group
+    # A preset's report (title, rows, claims, figures): read by analysis/, which checks it.
+    report: dict[str, Any] | None = None
+
+
+# --- group options ------------------------------------------------------------------------
+
+
+@dataclass
+class Dataset:
+    name: str = MISSING  # the option's name (= its file stem)
+
+
+@dataclass
+class Cifar10(Dataset):
+    root: str | None = (
+        MISSING  # folder holding cifar-10-batches-py/; null = $CIFAR10_ROOT or ./data
+    )
+    download: bool = MISSING  # try torchvision's download when the files are missing
+    verify_checksums: bool = MISSING  # md5 check of the batch files (false for repacked copies)
+    augment: bool = MISSING  # RandomCrop(32, pad 4) + horizontal flip on the training set
+    num_workers: int = MISSING  # DataLoader worker processes per rank
+
+
+@dataclass
+class Digits(Dataset):
+    test_fraction: float = MISSING  # fixed stratified test split
+    split_seed: int = MISSING  # seed of that split
+
+
+@dataclass
+class Synthetic(Dataset):
+    num_train: int = MISSING  # training samples
+    num_test: int = MISSING  # test samples
+    num_classes: int = MISSING  # classes (Gaussian prototypes)
+    channels: int = MISSING  # image channels
+    image_size: int = MISSING  # image height = width
+    noise: float = MISSING  # standard deviation of the noise around each prototype
+    seed: int = MISSING  # seed of the prototypes and samples
+
+
+@dataclass
+class Model:
+    name: str = MISSING  # the option's name (= its file stem)
+    width: int = MISSING  # channels of the first stage (ResNet-18: 64 = the paper's)
+
+
+@dataclass
+class Partition:
+    name: str = MISSING  # the option's name (= its file stem)
+
+
+@dataclass
+class NonIID(Partition):
+    # Share of each worker's samples from its dominant class (the paper: 2000/3125 = 0.64).
+    dominant_fraction: float = MISSING
+
+
+@dataclass
+class Dirichlet(Partition):
+    concentration: float = MISSING  # per-worker class proportions ~ Dir(concentration)
+
+
+@dataclass
+class Network:
+    name: str = MISSING  # the option's name (= its file stem)
+    latency_s: float = MISSING  # alpha: per-message latency (s)
+    bandwidth_gbps: float = MISSING  # B: link bandwidth (Gbit/s); .inf = no transfer time
+    topology: Topology = MISSING  # allreduce (ring) | ps (parameter server)
+    ps_servers: int = MISSING  # topology=ps: number of server shards
+
+
+@dataclass
+class Cluster:
+    name: str = MISSING  # the option's name (= its file stem)
+    # auto = nccl with one GPU per worker when enough GPUs are present, else gloo.
+    backend: Backend = MISSING
+    checkpoint_every: int = MISSING  # the default of the top-level checkpoint_every
+
+
+@dataclass
+class SlurmCluster(Cluster):
+    nodes: int = MISSING  # nodes per run
+    tasks_per_node: int = MISSING  # workers per node (one srun task each)
+    gpus_per_node: int | None = MISSING  # null = no GPU request
+    cpus_per_task: int | None = MISSING  # null = SLURM's default
+    mem_gb: int | None = MISSING  # memory per node; null = SLURM's default
+    timeout_min: int = MISSING  # the job's time limit
+    partition: str | None = MISSING  # SLURM partition
+    account: str | None = MISSING  # SLURM account
+    qos: str | None = MISSING  # SLURM QOS
+    setup: list[str] = MISSING  # shell lines run before srun (module load, venv activation)
+    signal_delay_s: int = MISSING  # the time-limit warning (SIGUSR2) comes this long before the end
+    max_num_timeout: int = MISSING  # how many time-limit requeues submitit allows
+    array_parallelism: int = MISSING  # array tasks running at once
+    # Any other sbatch option, e.g. {constraint: a100, mail-type: FAIL}.
+    additional_parameters: dict[str, Any] = MISSING
+
+
+GROUP_SCHEMAS: dict[str, dict[str, type]] = {
+    "dataset": {"cifar10": Cifar10, "digits": Digits, "synthetic": Synthetic},
+    "model": {"resnet18": Model, "tiny_cnn": Model},
+    "partition": {"iid": Partition, "noniid": NonIID, "dirichlet": Dirichlet},
+    "network": {n: Network for n in ("ideal", "ethernet40g", "ethernet10g", "ethernet1g", "wan")},
+    "cluster": {"local": Cluster, "slurm": SlurmCluster},
+}
+
+
+# --- the algorithms' schemas, from their Config dataclasses ---------------------------------
+
+
+def _omegaconf_type(hint: Any, owner: str, key: str) -> Any:
+    """An OmegaConf-compatible annotation for the Config field type `hint`: `X | None` ->
+    Optional[X]; Literal of strings -> a StrEnum (so Hydra checks the choice); list/tuple ->
+    List; anything OmegaConf cannot type -> Any (the Config's __post_init__ still checks it)."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        rest = [a for a in args if a is not type(None)]
+        if len(rest) == 1 and len(args) == 2:
+            return Optional[_omegaconf_type(rest[0], owner, key)]  # noqa: UP045 - a runtime type
+        return Any
+    if origin is typing.Literal and all(isinstance(a, str) for a in args):
+        name = f"{owner}_{key}"
+        members = StrEnum(name, {a: a for a in args})
+        members.__module__ = __name__
+        setattr(sys.modules[__name__], name, members)  # picklable by reference (SLURM jobs)
+        return members
+    if origin in (list, tuple, list):
+        inner = args[0] if args else Any
+        return list[_omegaconf_type(inner, owner, key)]
+    if hint in (int, float, bool, str) or (isinstance(hint, type) and issubclass(hint, enum.Enum)):
+        return hint
+    return Any
+
+
+def algorithm_schema(name: str) -> type:
+    """The schema of `algorithm=<name>`: `name` plus the fields of the algorithm's Config, with
+    its types (made OmegaConf-compatible) and its defaults."""
+    import algorithms
+
+    config = algorithms.REGISTRY[name].Config
+    hints = typing.get_type_hints(config)
+    owner = f"algorithm_{name}"
+    fields: list[tuple[str, Any, Any]] = [("name", str, field(default=MISSING))]
+    for f in dataclasses.fields(config):
+        default = (
+            field(default=f.default)
+            if f.default is not dataclasses.MISSING
+            else field(default_factory=f.default_factory)  # type: ignore[arg-type]
+            if f.default_factory is not dataclasses.MISSING
+            else field(default=MISSING)
+        )
+        fields.append((f.name, _omegaconf_type(hints[f.name], owner, f.name), default))
+    schema = dataclasses.make_dataclass(owner, fields)
+    schema.__module__ = __name__
+    schema.__doc__ = f"algorithm={name}: {algorithms.REGISTRY[name].__name__}.Config plus name."
+    schema.__config__ = config  # where the meanings of its fields are written
+    setattr(sys.modules[__name__], owner, schema)  # picklable by reference (SLURM jobs)
+    return schema
+
+
+def register() -> None:
+    """Store the root schema and one schema per group option in Hydra's ConfigStore."""
+    import algorithms
+
+    store = ConfigStore.instance()
+    store.store(name=ROOT, node=Config)
+    for group, options in GROUP_SCHEMAS.items():
+        for option, schema in options.items():
+            store.store(group=f"schema/{group}", name=option, node=schema)
+    for name in algorithms.REGISTRY:
+        store.store(group="schema/algorithm", name=name, node=algorithm_schema(name))
+
+
+# --- keys that no schema declares -----------------------------------------------------------
+
+
+def unknown_keys(cfg: DictConfig, prefix: str = "") -> list[str]:
+    """The dotted keys of the composed job config `cfg` that its schema does not declare (what
+    Hydra lets through with `+key=value`). Mapping-typed fields (`report`,
+    `cluster.additional_parameters`) and untyped nodes accept any key."""
+    found: list[str] = []
+    schema = OmegaConf.get_type(cfg)
+    declared = (
+        {f.name: f for f in dataclasses.fields(schema)} if dataclasses.is_dataclass(schema) else {}
+    )
+    for key in cfg.keys():
+        if key == "hydra" and not prefix:
+            continue
+        if declared and key not in declared:
+            found.append(f"{prefix}{key}")
+            continue
+        node = cfg._get_node(key)
+        if isinstance(node, DictConfig) and not node._is_none() and not node._is_missing():
+            if dataclasses.is_dataclass(OmegaConf.get_type(node)):
+                found += unknown_keys(node, f"{prefix}{key}.")
+    return found
+
+
+def check_keys(cfg: DictConfig) -> None:
+    """Raise UserError (one line) for a key that no schema declares."""
+    from experiments.errors import UserError
+
+    unknown = unknown_keys(cfg)
+    if not unknown:
+        return
+    key = unknown[0]
+    if key.startswith("algorithm.") and "name" in cfg.algorithm:
+        raise UserError(unknown_algorithm_option(str(cfg.algorithm.name), key.split(".", 1)[1]))
+    more = f" (and {', '.join(unknown[1:])})" if len(unknown) > 1 else ""
+    raise UserError(f"unknown key {key}{more}: no code reads it (the keys: docs/config.md)")
+
+
+def unknown_algorithm_option(name: str, option: str) -> str:
+    """The one-line message of algorithms.make_config for a knob the algorithm does not have."""
+    import algorithms
+
+    if name not in algorithms.REGISTRY:
+        return f"unknown algorithm {name!r}"
+    known = sorted(f.name for f in dataclasses.fields(algorithms.REGISTRY[name].Config))
+    return f"algorithm {name} has no option {option} (options: {', '.join(known) or 'none'})"
+
+
+# --- the meanings, from the comments of the schema's source ---------------------------------
+
+
+def field_comments(cls: type) -> dict[str, str]:
+    """Each field of dataclass `cls` (and its bases) -> its meaning: the comment lines right
+    above the field plus the comment at the end of its line, as one sentence."""
+    out: dict[str, str] = {}
+    for klass in reversed(cls.__mro__):
+        if klass is object or not dataclasses.is_dataclass(klass):
+            continue
+        try:
+            source = inspect.getsource(klass)
+        except (OSError, TypeError):  # built by make_dataclass: no source of its own
+            continue
+        source = inspect.cleandoc("\n" + source) if source.startswith(" ") else source
+        comments: dict[int, str] = {}
+        for tok in tokenize.generate_tokens(io.StringIO(source).readline):
+            if tok.type == tokenize.COMMENT:
+                text = tok.string.lstrip("#").strip()
+                if not text.startswith(("noqa", "type:", "fmt:")):
+                    comments[tok.start[0]] = text
+        lines = source.splitlines()
+        (node,) = [n for n in ast.parse(source).body if isinstance(n, ast.ClassDef)]
+        for stmt in node.body:
+            if not isinstance(stmt, ast.AnnAssign) or not isinstance(stmt.target, ast.Name):
+                continue
+            above, line = [], stmt.lineno - 1
+            while line >= 1 and lines[line - 1].strip().startswith("#") and line in comments:
+                above.insert(0, comments[line])
+                line -= 1
+            end = stmt.end_lineno or stmt.lineno
+            parts = above + [comments[n] for n in range(stmt.lineno, end + 1) if n in comments]
+            if parts:
+                out[stmt.target.id] = " ".join(parts)
+    return out
+
+
+register()

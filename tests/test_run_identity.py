@@ -1,0 +1,271 @@
+"""A run is its config (issue 12 item 1): its directory is named by its resolved configuration,
+a finished run is reused only when its identity matches, a changed config never reuses or
+overwrites a record, the same config reached by other spellings finds the same run, the world
+size a launcher starts must be the config's, and `rerun=true` keeps the previous record beside
+the new one. Plus item 6: records follow the umask, no empty run.log."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.cli import REPO, child_env, run_dir_of, run_py
+
+FAST = ("scale=smoke", "dataset=synthetic", "wandb.mode=disabled", "progress=false")
+TINY = (*FAST, "epochs=1", "dataset.num_train=256")
+
+
+def summary(run_dir: Path) -> dict:
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def runs(root: Path) -> list[Path]:
+    return sorted(p for p in (root / "runs").iterdir() if p.is_dir() and p.name[0] != ".")
+
+
+def test_spellings_of_one_config_name_one_directory_and_changes_name_another(tmp_path):
+    # `python run.py` and `python run.py scale=cpu`: the same config, the same run
+    assert run_dir_of(tmp_path) == run_dir_of(tmp_path, "scale=cpu")
+    assert run_dir_of(tmp_path, "tau=1", "seed=0") == run_dir_of(tmp_path)
+    assert run_dir_of(tmp_path, "epochs=20") == run_dir_of(tmp_path)  # the cpu scale's value
+    # where and how a run is recorded is not part of it
+    assert run_dir_of(tmp_path, "wandb.mode=disabled", "progress=false").name == (
+        run_dir_of(tmp_path).name
+    )
+    assert run_dir_of(tmp_path / "x").name == run_dir_of(tmp_path).name
+    # anything that shapes the run is
+    for change in ("epochs=21", "lr=0.2", "network=ethernet1g", "compute.slowdown=one_slow"):
+        assert run_dir_of(tmp_path, change) != run_dir_of(tmp_path), change
+    name = run_dir_of(tmp_path, "algorithm=powersgd", "algorithm.rank=4", "seed=2").name
+    assert name.startswith("powersgd-rank4-seed2-") and len(name.rsplit("-", 1)[1]) == 10
+
+
+@pytest.mark.e2e
+def test_a_changed_scale_file_is_a_new_run_never_a_skip(tmp_path):
+    """issue 12 item 1: changing `epochs` in conf/scale/smoke.yaml made the next run print
+    `skip ...: already completed`, with a record whose config disagreed with .hydra/."""
+    conf = tmp_path / "conf"
+    shutil.copytree(REPO / "conf", conf, ignore=shutil.ignore_patterns("local"))
+    smoke = conf / "scale" / "smoke.yaml"
+    args = (*FAST, "dataset.num_train=256", f"out_root={tmp_path}", "--config-path", str(conf))
+    first = run_py(*args)
+    assert first.returncode == 0, first.stderr[-2000:]
+    smoke.write_text(smoke.read_text().replace("epochs: 2", "epochs: 1"))
+    second = run_py(*args)
+    assert second.returncode == 0, second.stderr[-2000:]
+    assert "skip" not in second.stdout
+    one, two = runs(tmp_path)
+    assert sorted(summary(r)["steps"] for r in (one, two)) == [4, 8]  # 1 and 2 epochs
+    for run in (one, two):  # each record agrees with itself
+        epochs = summary(run)["epochs"]
+        assert f"epochs: {epochs}\n" in (run / "config.yaml").read_text()
+        assert f"epochs: {epochs}\n" in (run / ".hydra" / "config.yaml").read_text()
+        assert json.loads((run / "identity.json").read_text())["epochs"] == epochs
+
+
+@pytest.mark.e2e
+def test_the_same_config_reached_otherwise_is_reused_and_its_record_untouched(tmp_path):
+    first = run_py(*TINY, f"out_root={tmp_path}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    (run,) = runs(tmp_path)
+    kept = {p.name: p.read_bytes() for p in [*run.iterdir(), *(run / ".hydra").iterdir()]
+            if p.is_file() and not p.name.startswith(".lock")}  # fmt: skip
+    again = run_py(*TINY, "tau=1", "seed=0", "wandb.mode=offline", f"out_root={tmp_path}")
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert again.stdout.strip().splitlines() == [f"skip {run}: already completed"]
+    now = {p.name: p.read_bytes() for p in [*run.iterdir(), *(run / ".hydra").iterdir()]
+           if p.is_file() and not p.name.startswith(".lock")}  # fmt: skip
+    assert now == kept  # not even .hydra/overrides.yaml was rewritten
+    assert summary(run)["identity"] == run.name.rsplit("-", 1)[1]
+    assert not list(run.rglob("*.log"))  # no empty run.log (issue 12 item 6)
+
+
+@pytest.mark.e2e
+def test_a_finished_record_of_another_config_is_refused_not_overwritten(tmp_path):
+    first = run_py(*TINY, f"out_root={tmp_path}")
+    assert first.returncode == 0
+    (run,) = runs(tmp_path)
+    record = summary(run)
+    (run / "summary.json").write_text(json.dumps({**record, "identity": "0123456789"}))
+    before = (run / "summary.json").read_bytes()
+    proc = run_py(*TINY, f"out_root={tmp_path}")
+    assert proc.returncode == 2
+    (line,) = proc.stderr.strip().splitlines()
+    assert line.startswith(f"error: run directory {run} holds a finished run of another")
+    assert (run / "summary.json").read_bytes() == before
+
+
+@pytest.mark.e2e
+def test_rerun_recomputes_and_keeps_the_previous_record_beside_it(tmp_path):
+    assert run_py(*TINY, f"out_root={tmp_path}").returncode == 0
+    (run,) = runs(tmp_path)
+    old = (run / "summary.json").read_bytes()
+    proc = run_py(*TINY, "rerun=true", f"out_root={tmp_path}")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (kept,) = (tmp_path / "runs" / ".superseded").iterdir()
+    assert kept.name.startswith(run.name + "-")
+    assert f"rerun {run}: the previous record moved to {kept}" in proc.stdout
+    assert (kept / "summary.json").read_bytes() == old  # never deleted, never changed
+    assert (kept / "metrics.jsonl").is_file() and (kept / ".hydra" / "config.yaml").is_file()
+    assert summary(run)["status"] == "completed" and (run / "summary.json").read_bytes() != old
+    assert runs(tmp_path) == [run]  # the analysis (which skips dot-dirs) sees one run
+    assert "\nrerun:" not in (run / "config.yaml").read_text()  # a request, not a record
+
+
+def test_the_finished_check_is_repeated_once_the_directory_is_locked(tmp_path, monkeypatch, capsys):
+    """issue 14 class 7: two identical commands both found no record, both trained, and the
+    second overwrote the first's. Here an identical command finishes the run while this one
+    waits for the lock: this one must not train."""
+    from hydra import compose, initialize_config_dir
+
+    from experiments import records, runner
+    from experiments.identity import digest
+
+    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+        cfg = compose("config", overrides=[*TINY, f"out_root={tmp_path}"])
+    from omegaconf import OmegaConf
+
+    plain = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+    plain.pop("rerun")
+    run_dir = tmp_path / "runs" / "r"
+    finished = {"status": "completed", "identity": digest(plain), "final/test_acc": 0.5}
+    acquire = records.RunLock.acquire
+
+    def acquire_after_the_other_command_finished(self):
+        acquire(self)
+        records.write_json_atomic(run_dir / "summary.json", finished)
+
+    monkeypatch.setattr(records.RunLock, "acquire", acquire_after_the_other_command_finished)
+    monkeypatch.setattr(runner, "_run", lambda *a, **k: pytest.fail("trained a finished run"))
+    assert runner.run(cfg, run_dir) == "completed"
+    assert f"skip {run_dir}: already completed" in capsys.readouterr().out
+    assert json.loads((run_dir / "summary.json").read_text()) == finished
+
+
+def test_a_second_command_on_a_locked_directory_stops_with_one_line(tmp_path):
+    from experiments.errors import UserError
+    from experiments.records import RunLock
+
+    with RunLock(tmp_path):
+        with pytest.raises(UserError, match=f"in use by pid {os.getpid()} on "):
+            RunLock(tmp_path).acquire()
+    with RunLock(tmp_path):  # released: the next one gets it
+        pass
+
+
+@pytest.mark.e2e
+def test_a_launchers_world_size_must_be_the_configs(tmp_path):
+    """issue 12 item 1 / issue 14 class 1: a 2-process torchrun of `workers=4` ran 2 workers
+    into the 4-worker run's record; a 1-worker torchrun run and a 2-worker spawned run shared
+    one record."""
+    env = {**child_env(), "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+    env["MASTER_PORT"] = "29731"
+    proc = subprocess.run(
+        [sys.executable, "run.py", *TINY, "workers=2", f"out_root={tmp_path / 'env'}"],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 2
+    assert proc.stderr.strip().splitlines() == [
+        "error: the launcher started 1 workers but workers=2: give run.py workers=1, or start "
+        "2 processes (torchrun --nproc-per-node, srun --ntasks)"
+    ]
+    assert not (tmp_path / "env").exists()  # refused before any directory was made
+
+    torchrun = Path(sys.executable).with_name("torchrun")
+    proc = subprocess.run(
+        [
+            str(torchrun),
+            "--standalone",
+            "--nproc-per-node",
+            "2",
+            "run.py",
+            *TINY,
+            "workers=4",
+            f"out_root={tmp_path / 'tr'}",
+        ],  # fmt: skip
+        cwd=REPO,
+        env={k: v for k, v in os.environ.items() if k not in ("RANK", "WORLD_SIZE")},
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert proc.returncode != 0  # torchrun reports its workers' failure itself (exit 1)
+    assert "error: the launcher started 2 workers but workers=4" in proc.stderr
+    assert not list((tmp_path / "tr").rglob("summary.json"))
+    # a 1-worker run and a 2-worker run are two configurations, two directories
+    assert run_dir_of(tmp_path, *TINY, "workers=1") != run_dir_of(tmp_path, *TINY, "workers=2")
+
+
+@pytest.mark.e2e
+def test_records_follow_the_users_umask(tmp_path):
+    """issue 12 item 6: records were written 0600 (mkstemp), unreadable for a lab's group."""
+    proc = subprocess.run(
+        [sys.executable, "run.py", *TINY, f"out_root={tmp_path}"],
+        cwd=REPO,
+        env=child_env(),
+        capture_output=True,
+        text=True,
+        timeout=300,
+        preexec_fn=lambda: os.umask(0o002),
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    (run,) = runs(tmp_path)
+    for name in ("summary.json", "metrics.jsonl", "config.yaml", "data_card.json",
+                 "identity.json", ".hydra/config.yaml"):  # fmt: skip
+        assert (run / name).stat().st_mode & 0o777 == 0o664, name
+
+
+def test_atomic_writes_take_the_umask(tmp_path):
+    from experiments.records import write_text_atomic
+
+    old = os.umask(0o027)
+    try:
+        write_text_atomic(tmp_path / "a.txt", "x")
+    finally:
+        os.umask(old)
+    assert (tmp_path / "a.txt").stat().st_mode & 0o777 == 0o640
+
+
+def test_without_flock_the_lock_falls_back_to_a_soft_lock(tmp_path, monkeypatch):
+    """Some network file systems have no flock (ENOSYS): filelock's FileLock then uses a marker
+    file (SoftFileLock semantics); a second process is still refused with one line."""
+    import errno
+    import fcntl
+
+    from experiments.errors import UserError
+    from experiments.records import RunLock
+
+    def no_flock(*args, **kwargs):
+        raise OSError(errno.ENOSYS, "Function not implemented")
+
+    monkeypatch.setattr(fcntl, "flock", no_flock)
+    lock = RunLock(tmp_path)
+    with pytest.warns(UserWarning, match="falling back to SoftFileLock"):
+        lock.acquire()
+    try:
+        assert str(os.getpid()) in (tmp_path / ".lock").read_text()  # the soft marker
+        pid = os.fork()
+        if pid == 0:  # another process, on the same file system
+            try:
+                RunLock(tmp_path).acquire()
+                code = 1
+            except UserError as e:
+                code = 0 if "is in use by pid" in str(e) else 2
+            except BaseException:
+                code = 3
+            os._exit(code)
+        _, status = os.waitpid(pid, 0)
+        assert os.waitstatus_to_exitcode(status) == 0
+    finally:
+        lock.release()
+    assert not (tmp_path / ".lock").exists()  # a soft marker is removed on release
