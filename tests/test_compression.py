@@ -156,9 +156,8 @@ def test_compressed_average_decodes_each_contribution_and_the_mean(compression):
 
 def test_runner_refuses_compression_for_gradient_methods(tmp_path):
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
     from hydra.errors import ConfigCompositionException
+    from omegaconf import OmegaConf
 
     from experiments.errors import UserError
     from experiments.runner import validate
