@@ -32,44 +32,31 @@ from experiments import identity
 NO_TAU = "-"
 DEFAULT_ROWS = ("algorithm.name", "tau")
 
-# The keys that name a series (W&B tags, legends), in the order labels show them. It must match
-# experiments.identity.SERIES_KEYS, which is used instead once it exists (the run-identity work
-# defines it for the W&B tags); the rule itself does not depend on it: any key that varies
-# splits the runs, this list only orders the ones shown.
-SERIES_KEYS = (
-    "algorithm.rank",
-    "algorithm.alpha",
-    "algorithm.beta",
-    "network.name",
-    "partition.name",
-    "compute.slowdown",
-    "workers",
-)
 # Keys that say at once which of several set-ups a run belongs to; shown before the keys they
 # determine (a scale sets workers, epochs and the model's width).
 CONTEXT_KEYS = ("scale.name", "dataset.name", "model.name")
 
 
 def series_keys() -> tuple[str, ...]:
-    """The series-defining keys as config columns: experiments.identity's, else ours."""
+    """The series-defining keys (experiments.identity.SERIES_KEYS: the one list W&B's tags use
+    too) as config columns; `algorithm.*` stands for every knob of the run's algorithm."""
     from analysis.grid import grid_column
 
-    keys = getattr(identity, "SERIES_KEYS", None) or SERIES_KEYS
-    return tuple(grid_column(str(key)) for key in keys)
+    return tuple(grid_column(str(key)) for key in identity.SERIES_KEYS)
 
 
 def priority(column: str) -> tuple:
     """Sort key of a column among those that could name rows: the algorithm, tau, its knobs
     among the series keys, the context keys, the other series keys, the other algorithm knobs,
     then every other key alphabetically."""
-    series = series_keys()
+    series = [k for k in series_keys() if k not in DEFAULT_ROWS]
     knobs = [k for k in series if k.startswith("algorithm.")]
     others = [k for k in series if not k.startswith("algorithm.")]
     order = [*DEFAULT_ROWS, *knobs, *CONTEXT_KEYS, *others]
     if column in order:
         return (order.index(column), "")
-    if column.startswith("algorithm."):
-        return (len(order), column)
+    if column.startswith("algorithm."):  # a knob: where `algorithm.*` stands, by name
+        return (order.index("algorithm.*") if "algorithm.*" in order else len(order), column)
     return (len(order) + 1, column)
 
 
