@@ -33,10 +33,15 @@ import yaml
 
 from experiments.errors import UserError
 
-# The algorithm names of contract.md, in the order tables and legends list them (baseline first).
+# The algorithm names of contract.md, in the order tables and legends list them (baseline first;
+# the outer-optimizer variants of Local SGD, then Streaming DiLoCo, right after Local SGD).
 ALGORITHMS = (
     "sync_sgd",
     "local_sgd",
+    "bmuf",
+    "slowmo",
+    "diloco",
+    "streaming_diloco",
     "powersgd",
     "easgd",
     "eamsgd",
