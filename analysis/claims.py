@@ -47,7 +47,7 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.compare import run_values, series_label, split_rows
+from analysis.compare import order_key, run_values, series_label, split_rows
 from analysis.load import TAU_LESS
 from analysis.tables import human_bytes
 from experiments.errors import UserError
@@ -189,7 +189,8 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
     """The finished runs in the few columns the claims use: `method` (the algorithm and its
     knobs that vary among the runs: `powersgd (rank=4)`), `algorithm`, `tau` (NaN for tau-less
     methods), `condition` (the other configuration keys that vary, `slowdown=one_slow`; "" when
-    none), `seed`, `workers`, `slowdown` (`compute.slowdown` as text), `diverged`, `acc` (final
+    none) and `condition_order` (its sort key: networks fastest first), `seed`, `workers`,
+    `slowdown` (`compute.slowdown` as text), `diverged`, `acc` (final
     test accuracy of completed runs, 0 for diverged ones: see the module docstring), `ratio`
     (comm/compute), `exposed_per_epoch`, `train_per_epoch` (NaN unless completed); `network`
     (`network.name`) and `bandwidth` (`network.bandwidth_gbps`); `peak` (bytes of the largest
@@ -231,6 +232,11 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
         series_label({c: values[c][i] for c in conditions}, conditions) if conditions else ""
         for i in range(len(frame))
     ]
+    # conditions in the tables' order (numbers by value, networks fastest first), then by name
+    condition_order = [
+        (tuple(order_key(values[c][i]) for c in conditions), condition[i])
+        for i in range(len(frame))
+    ]
     epochs = number("summary.epochs").fillna(number("epochs"))
     epochs = epochs.where(epochs > 0)
     compute, exposed = number("summary.time/compute_s"), number("summary.time/comm_exposed_s")
@@ -244,6 +250,7 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
             "algorithm": algorithm,
             "tau": number("tau").where(~algorithm.isin(TAU_LESS)),
             "condition": condition,
+            "condition_order": condition_order,
             "seed": number("seed"),
             "workers": number("workers"),
             "slowdown": text("compute.slowdown"),
@@ -297,7 +304,8 @@ def cells(runs: pd.DataFrame, by_tau: bool = True) -> list[Cell]:
     """One cell per condition (and per tau of the round-based methods, when `by_tau`), in
     order. Without round-based runs, a condition is one cell."""
     out = []
-    for condition in sorted(runs["condition"].unique()):
+    order = runs.groupby("condition")["condition_order"].first()
+    for condition in sorted(runs["condition"].unique(), key=lambda c: order[c]):
         here = runs[runs["condition"] == condition]
         taus = sorted(here["tau"].dropna().unique()) if by_tau else []
         if not taus:

@@ -42,7 +42,15 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from analysis.compare import NO_TAU, display, run_values, series_label, short_names, split_rows
+from analysis.compare import (
+    NO_TAU,
+    display,
+    order_key,
+    run_values,
+    series_label,
+    short_names,
+    split_rows,
+)
 from analysis.load import ALGORITHMS
 from experiments.errors import UserError
 
@@ -822,12 +830,9 @@ def _mean_by_epoch(rows: pd.DataFrame, units: str, metric: str) -> pd.DataFrame 
 
 
 def _order_key(value: Any) -> tuple:
-    """Numbers in order, then text; none first."""
-    if value is None or value == NO_TAU:
-        return (0, 0.0, "")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return (1, float(value), "")
-    return (2, 0.0, str(value))
+    """Numbers in order, then the network presets fastest first, then other text; none first
+    (`analysis.compare.order_key`, as the tables)."""
+    return order_key(value)
 
 
 def _algorithm_rank(name: str) -> int:

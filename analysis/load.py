@@ -52,6 +52,9 @@ ALGORITHMS = (
     "losp",
 )
 
+# The network presets of conf/network/, fastest first: the order of table rows and panels.
+NETWORKS = ("ideal", "ethernet40g", "ethernet10g", "ethernet1g", "wan")
+
 # Methods that communicate every step, so the top-level `tau` (local updates per round) has no
 # effect on them: their runs form one table row and one curve whatever `tau` the config holds.
 TAU_LESS = {"sync_sgd", "powersgd", "pseudo_sync"}

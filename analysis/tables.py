@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.compare import NO_TAU, display, run_values, short_names
+from analysis.compare import NO_TAU, display, order_key, run_values, short_names
 from analysis.load import ALGORITHMS, TAU_LESS
 from experiments.errors import UserError
 
@@ -147,14 +147,10 @@ def _row_key(row: pd.Series, rows: list[str]) -> tuple:
             known = cell in ALGORITHMS
             key.append((0 if known else 1, ALGORITHMS.index(cell) if known else 0, str(cell)))
         else:
+            # "-" (no period) sorts first, then numbers in order, then the network presets
+            # fastest first, then any other text.
             number = _number(cell)
-            # "-" (no period) sorts first, then numbers in order, then any other text.
-            if cell == NO_TAU:
-                key.append((0, 0.0, ""))
-            elif number is not None:
-                key.append((1, number, ""))
-            else:
-                key.append((2, 0.0, str(cell)))
+            key.append(order_key(cell if number is None else number))
     return tuple(key)
 
 

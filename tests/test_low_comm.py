@@ -390,7 +390,7 @@ def test_report_adds_time_to_target_and_peak_for_the_claims(tmp_path):
     i = 0
     for name, network, seed in itertools.product(
         ("local_sgd", "diloco", "streaming_diloco", "overlap_local_sgd", "cocod_sgd"),
-        ("ideal", "wan"),
+        ("wan", "ideal", "ethernet10g"),
         range(3),
     ):
         blocking = name in ("local_sgd", "diloco") and network == "wan"
@@ -416,6 +416,14 @@ def test_report_adds_time_to_target_and_peak_for_the_claims(tmp_path):
     result = report_experiment(tmp_path / "runs", tmp_path / "out", "x", grid={})
     table = result["markdown"]
     assert "largest collective" in table and "600 kB" in table and "1.05 MB" in table
+    # networks fastest first, in the table and in the claims' cells
+    assert result["table"]["network.name"].tolist()[:3] == ["ideal", "ethernet10g", "wan"]
+    peak = next(c for c in result["claims"] if c.name == PEAK)
+    assert [line.split(",")[0] for line in peak.details] == [
+        "network=ideal",
+        "network=ethernet10g",
+        "network=wan",
+    ]
     verdicts = {c.name: c.holds for c in result["claims"]}
     assert verdicts == {PEAK: True, SAME_PEAK: True, SOONER: True}, [
         c.details for c in result["claims"]
