@@ -70,9 +70,10 @@ figures: $(STAMP) ## Figures 4 and 5 of the Overlap-Local-SGD paper (runs what i
 	$(SWEEP) fig4
 	$(SWEEP) fig5
 
-report: table1 table2 figures ## Every preset: tables, figures, LOSP and pseudo-sync studies
+report: table1 table2 figures ## Every preset: tables, figures, LOSP, pseudo-sync, low-comm studies
 	$(SWEEP) losp
 	$(SWEEP) pseudo_sync
+	$(SWEEP) low_comm
 
 bench: $(STAMP) ## Performance benchmarks as ratios side by side (~10 min): benchmarks/RESULTS.md
 	$(PY) -m benchmarks

@@ -138,6 +138,7 @@ class Ledger:
 
     bytes: int = 0  # payload bytes handed to collectives
     collectives: int = 0  # number of collectives launched
+    peak_bytes: int = 0  # the largest payload of one collective: the peak bandwidth it asks for
     exposed_s: float = 0.0  # time blocked waiting for a collective to finish
     hidden_s: float = 0.0  # duration of async collectives that overlapped computation
 
@@ -434,6 +435,7 @@ class Comm:
             nbytes = self.codec.wire_bytes(sizes, flat.element_size())
             self.ledger.bytes += nbytes
             self.ledger.collectives += 1
+            self.ledger.peak_bytes = max(self.ledger.peak_bytes, nbytes)
             return _Collective(self, flat, async_op, wire, nbytes)
         if self.world_size == 1:
             return None

@@ -55,8 +55,9 @@ Deviations and interpretations:
 - The paper's fragments are groups of transformer blocks, here groups of parameter tensors:
   a fragment may end inside a residual block (the split is by size, not by module).
 - `finish()`: applies the fragments in flight (their overlap ends early), then closes the round:
-  one blocking collective of the pseudo-gradients of the fragments with local steps since their
-  last launch, an outer step on each of those, and x = z everywhere (consensus, whatever alpha).
+  for each fragment with local steps since its last launch, one blocking collective of its
+  pseudo-gradient (a fragment at a time, as the rounds: the peak stays a fragment's) and an outer
+  step, and x = z everywhere (consensus, whatever alpha).
 - `drain()` (evaluation points) waits for the fragments in flight but applies them at their
   scheduled step, so the trajectory does not depend on `eval_every`.
 """
@@ -226,13 +227,14 @@ class StreamingDiLoCo(Algorithm):
         for p in range(len(self.pending)):
             if self.pending[p] is not None or self.arrived[p] is not None:
                 self.apply(p)
-        fresh = [p for p, f in enumerate(self.fresh) if f]
-        if fresh:  # close the round: one collective for the fragments with local progress
-            deltas = [pseudo_gradient(self.outer_model[p], self.fragment_params[p]) for p in fresh]
-            self.comm.mean_([d for delta in deltas for d in delta])
-            for p, delta in zip(fresh, deltas, strict=True):
-                self.arrived[p] = delta
-                self.apply(p, alpha=0.0)
+        # Close the round: each fragment with local progress since its last launch gets one
+        # blocking collective of its own, so no collective is larger than a fragment (the peak
+        # bandwidth the method asks for, `comm/peak_bytes`, stays a fragment's to the end).
+        for p in [p for p, f in enumerate(self.fresh) if f]:
+            delta = pseudo_gradient(self.outer_model[p], self.fragment_params[p])
+            self.comm.mean_(delta)
+            self.arrived[p] = delta
+            self.apply(p, alpha=0.0)
         with torch.no_grad():
             for f, z in zip(self.fragment_params, self.outer_model, strict=True):
                 for x, zi in zip(f, z, strict=True):

@@ -47,14 +47,19 @@ import numpy as np
 import pandas as pd
 from scipy import stats
 
-from analysis.compare import run_values, series_label, split_rows
+from analysis.compare import order_key, run_values, series_label, split_rows
 from analysis.load import TAU_LESS
+from analysis.tables import human_bytes
 from experiments.errors import UserError
 
 OVERLAP, COCOD, EAMSGD = "overlap_local_sgd", "cocod_sgd", "eamsgd"
 SYNC, POWERSGD, PSEUDO = "sync_sgd", "powersgd", "pseudo_sync"
 OSP, LOSP = "osp", "losp"
 LOCAL_METHODS = ("local_sgd", OVERLAP)
+LOCAL, DILOCO, STREAMING = "local_sgd", "diloco", "streaming_diloco"
+# experiment=low_comm: methods whose averages overlap inner steps, and those that block on them.
+OVERLAPPING = (STREAMING, OVERLAP, COCOD)
+BLOCKING = (LOCAL, DILOCO)
 ALPHA = 0.05  # every claim's level
 # "much lower": CoCoD-SGD's accuracy this far below Overlap-Local-SGD's counts as a breakdown.
 COLLAPSE_MARGIN = 0.1
@@ -62,6 +67,12 @@ COLLAPSE_MARGIN = 0.1
 FAR_BELOW = 0.2
 # "comparable": accuracies within 1.5 points (algorithms.md section 8, pseudo-synchronous SGD).
 COMPARABLE = 0.015
+# "far less peak bandwidth": Streaming DiLoCo's largest collective under this fraction of
+# DiLoCo's (the paper's 1/P at P = 2 fragments, with room for a split at tensor boundaries).
+FAR_LESS_PEAK = 0.6
+# "equal bytes per step": two methods' mean bytes per step within this fraction of each other
+# (the overlapping methods' finish() sends one more average than the rounds).
+EQUAL_BYTES = 0.1
 BOOTSTRAP_RESAMPLES = 9999
 BOOTSTRAP_SEED = 0  # a report regenerated from the same runs prints the same intervals
 FINISHED = ("completed", "diverged")
@@ -79,7 +90,9 @@ METHOD = (
     "difference inside +-margin). A diverged run counts as accuracy 0 (below every accuracy); "
     "times and ratios use completed runs only. A claim over several taus or conditions holds if "
     "every one holds, does not hold if one does not, and cannot tell otherwise (no correction "
-    "for multiple comparisons)."
+    "for multiple comparisons). A time to a target accuracy of a run that never reached it is "
+    "at least its training time: that lower bound stands in only where it makes the test "
+    "conservative."
 )
 
 
@@ -176,9 +189,15 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
     """The finished runs in the few columns the claims use: `method` (the algorithm and its
     knobs that vary among the runs: `powersgd (rank=4)`), `algorithm`, `tau` (NaN for tau-less
     methods), `condition` (the other configuration keys that vary, `slowdown=one_slow`; "" when
-    none), `seed`, `workers`, `slowdown` (`compute.slowdown` as text), `diverged`, `acc` (final
+    none) and `condition_order` (its sort key: networks fastest first), `seed`, `workers`,
+    `slowdown` (`compute.slowdown` as text), `diverged`, `acc` (final
     test accuracy of completed runs, 0 for diverged ones: see the module docstring), `ratio`
-    (comm/compute), `exposed_per_epoch`, `train_per_epoch` (NaN unless completed)."""
+    (comm/compute), `exposed_per_epoch`, `train_per_epoch` (NaN unless completed); `network`
+    (`network.name`) and `bandwidth` (`network.bandwidth_gbps`); `peak` (bytes of the largest
+    collective), `bytes_per_step`, `train_s` (final training time), `reached` (an evaluation at
+    the report's target accuracy: the column `metrics.reached_target` that
+    `analysis.report` adds) and `time_to_target` (`metrics.time_to_target_s`, the training
+    time at the first such evaluation), all NaN unless completed."""
     frame = summaries.drop_duplicates("run_dir") if "run_dir" in summaries.columns else summaries
     frame = frame.reset_index(drop=True)
     status = frame.get("summary.status", pd.Series("completed", index=frame.index))
@@ -213,17 +232,25 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
         series_label({c: values[c][i] for c in conditions}, conditions) if conditions else ""
         for i in range(len(frame))
     ]
+    # conditions in the tables' order (numbers by value, networks fastest first), then by name
+    condition_order = [
+        (tuple(order_key(values[c][i]) for c in conditions), condition[i])
+        for i in range(len(frame))
+    ]
     epochs = number("summary.epochs").fillna(number("epochs"))
     epochs = epochs.where(epochs > 0)
     compute, exposed = number("summary.time/compute_s"), number("summary.time/comm_exposed_s")
     ratio = number("summary.comm/ratio").fillna((exposed / compute).where(compute > 0))
     acc = number("summary.final/test_acc").where(completed)
+    steps = number("summary.steps")
+    reached = frame.get("metrics.reached_target", pd.Series(None, index=frame.index, dtype=object))
     return pd.DataFrame(
         {
             "method": method,
             "algorithm": algorithm,
             "tau": number("tau").where(~algorithm.isin(TAU_LESS)),
             "condition": condition,
+            "condition_order": condition_order,
             "seed": number("seed"),
             "workers": number("workers"),
             "slowdown": text("compute.slowdown"),
@@ -232,6 +259,15 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
             "ratio": ratio.where(completed),
             "exposed_per_epoch": (exposed / epochs).where(completed),
             "train_per_epoch": (number("summary.time/train_s") / epochs).where(completed),
+            "network": text("network.name"),
+            "bandwidth": number("network.bandwidth_gbps"),
+            "peak": number("summary.comm/peak_bytes").where(completed),
+            "bytes_per_step": (number("summary.comm/bytes") / steps.where(steps > 0)).where(
+                completed
+            ),
+            "train_s": number("summary.time/train_s").where(completed),
+            "reached": reached.map(_flag).where(completed),
+            "time_to_target": number("metrics.time_to_target_s").where(completed),
         }
     ).reset_index(drop=True)
 
@@ -268,7 +304,8 @@ def cells(runs: pd.DataFrame, by_tau: bool = True) -> list[Cell]:
     """One cell per condition (and per tau of the round-based methods, when `by_tau`), in
     order. Without round-based runs, a condition is one cell."""
     out = []
-    for condition in sorted(runs["condition"].unique()):
+    order = runs.groupby("condition")["condition_order"].first()
+    for condition in sorted(runs["condition"].unique(), key=lambda c: order[c]):
         here = runs[runs["condition"] == condition]
         taus = sorted(here["tau"].dropna().unique()) if by_tau else []
         if not taus:
@@ -315,7 +352,7 @@ class Comparison:
 
     def text(self, unit: str = "acc") -> str:
         """ "overlap_local_sgd 0.984 (n=3) vs local_sgd 0.981 (n=3): difference +0.003, 95% CI
-        [-0.006, +0.012], Welch p = 0.410" (`unit`: acc, ratio or s)."""
+        [-0.006, +0.012], Welch p = 0.410" (`unit`: acc, ratio, s or bytes)."""
         side_a = f"{self.a} {_value(_mean(self.a_values), unit)} (n={self.n_a})"
         side_b = f"{self.b} {_value(_mean(self.b_values), unit)} (n={self.n_b})"
         head = f"{side_a} vs {side_b}"
@@ -507,6 +544,8 @@ def _value(value: float, unit: str) -> str:
         return f"{value:.3f}"
     if unit == "ratio":
         return f"{100 * value:.1f}%"
+    if unit == "bytes":
+        return human_bytes(value)
     return f"{value:.3g} s"
 
 
@@ -856,11 +895,242 @@ def pseudo_sync_matches_sync(runs: pd.DataFrame, report: dict) -> tuple:
     return combine(verdicts), evidence, details
 
 
+# --- low-communication methods (experiment=low_comm) ---------------------------------------------
+#
+# The DiLoCo paper (Douillard et al. 2023, arXiv 2311.08105) and the Streaming DiLoCo paper
+# (Douillard et al. 2025, arXiv 2501.18512). Section references marked [M] are recalled, not
+# checked against the papers' text here (algorithms.md's convention).
+
+
+@claim(
+    "streaming_diloco_less_peak_same_accuracy",
+    "Streaming DiLoCo needs far less peak bandwidth (bytes per collective) than DiLoCo for about "
+    "the same final accuracy (Douillard et al. 2025, Streaming DiLoCo: one fragment synced at a "
+    "time divides the peak by the number of fragments at similar loss [M])",
+    f"equivalence (TOST, 90% CI within ±{COMPARABLE:g}) of the accuracy difference and a "
+    f"bootstrap of the ratio of mean peak bytes per collective against {FAR_LESS_PEAK:g}, per "
+    "condition",
+)
+def streaming_diloco_less_peak_same_accuracy(runs: pd.DataFrame, report: dict) -> tuple:
+    """Per condition (network) and tau, every Streaming DiLoCo setting against DiLoCo: final
+    accuracies within COMPARABLE (an equivalence test) and mean peak bytes of one collective
+    under FAR_LESS_PEAK x DiLoCo's; a cell holds when both hold."""
+    for name in (STREAMING, DILOCO):
+        if not (runs["algorithm"] == name).any():
+            return _missing(name)
+    verdicts, details = [], []
+    for cell in cells(runs):
+        streams, dilocos = cell.methods(STREAMING), cell.methods(DILOCO)
+        if not streams or not dilocos:
+            verdicts.append(None)
+            details.append(f"{cell.name}: cannot tell: no {STREAMING if not streams else DILOCO}")
+            continue
+        for stream in streams:
+            for diloco in dilocos:
+                same = equivalent(
+                    f"{stream}{_diverged_note(cell, stream)}",
+                    cell.values(stream, "acc"),
+                    f"{diloco}{_diverged_note(cell, diloco)}",
+                    cell.values(diloco, "acc"),
+                    COMPARABLE,
+                )
+                peak = ratio_below(
+                    stream,
+                    cell.values(stream, "peak"),
+                    diloco,
+                    cell.values(diloco, "peak"),
+                    FAR_LESS_PEAK,
+                )
+                verdict = combine([same.holds, peak.holds])
+                verdicts.append(verdict)
+                details.append(
+                    f"{cell.name}: {_VERDICTS[verdict]}: accuracy {same.verdict_text()}; "
+                    f"peak bytes per collective {peak.verdict_text('bytes')}"
+                )
+    evidence = (
+        _summary(verdicts, "cells")
+        + f"; about the same = within {COMPARABLE:g}, far less = under {FAR_LESS_PEAK:g}x"
+    )
+    return combine(verdicts), evidence, details
+
+
+@claim(
+    "diloco_not_worse_than_local_sgd",
+    "DiLoCo's outer Nesterov step reaches final accuracy comparable to or better than plain "
+    "Local SGD at the same communication (Douillard et al. 2023, DiLoCo, ablation of the outer "
+    "optimizer: Nesterov beats outer SGD with LR 1, i.e. FedAvg / Local SGD [M]; a difference "
+    "in the paper, tested here as non-inferiority)",
+    f"Welch's t-test of DiLoCo's accuracy minus Local SGD's above -{COMPARABLE:g} "
+    f"(non-inferiority), per condition, at equal bytes per step (within {EQUAL_BYTES:g})",
+)
+def diloco_not_worse_than_local_sgd(runs: pd.DataFrame, report: dict) -> tuple:
+    """Per condition and tau, at equal bytes per step: DiLoCo's mean final accuracy minus Local
+    SGD's above -COMPARABLE (the 95% interval wholly above it holds, wholly below does not)."""
+    for name in (DILOCO, LOCAL):
+        if not (runs["algorithm"] == name).any():
+            return _missing(name)
+    verdicts, details = [], []
+    for cell in cells(runs):
+        dilocos, locals_ = cell.methods(DILOCO), cell.methods(LOCAL)
+        if not dilocos or not locals_:
+            verdicts.append(None)
+            details.append(f"{cell.name}: cannot tell: no {DILOCO if not dilocos else LOCAL}")
+            continue
+        for diloco in dilocos:
+            for local in locals_:
+                apart = _bytes_apart(cell, diloco, local)
+                if apart:
+                    verdicts.append(None)
+                    details.append(f"{cell.name}: cannot tell: {apart}")
+                    continue
+                c = welch(
+                    f"{diloco}{_diverged_note(cell, diloco)}",
+                    cell.values(diloco, "acc"),
+                    f"{local}{_diverged_note(cell, local)}",
+                    cell.values(local, "acc"),
+                    threshold=-COMPARABLE,
+                )
+                verdicts.append(c.holds)
+                details.append(f"{cell.name}: {c.verdict_text()}")
+    evidence = _summary(verdicts, "cells") + f"; comparable = not more than {COMPARABLE:g} below"
+    return combine(verdicts), evidence, details
+
+
+@claim(
+    "overlapping_methods_reach_target_sooner_on_slow_network",
+    "On the slowest network, the methods that overlap their averages with computation "
+    "(Streaming DiLoCo, Overlap-Local-SGD, CoCoD-SGD) reach the target accuracy sooner in "
+    "training time than the blocking ones (Local SGD, DiLoCo) at equal bytes per step "
+    "(Douillard et al. 2025: overlapping each fragment's sync with inner steps hides latency "
+    "and bandwidth [M]; Overlap-Local-SGD and CoCoD-SGD: algorithms.md sections 3 and 5 [A])",
+    "Welch's t-test of each blocking method's time to the target accuracy minus each overlapping "
+    "method's above 0, on the network with the lowest bandwidth_gbps; a run that never reached "
+    "the target counts with its whole training time (a lower bound of its time to target)",
+)
+def overlapping_reach_target_sooner(runs: pd.DataFrame, report: dict) -> tuple:
+    """On the slowest network among the runs (lowest `network.bandwidth_gbps`), per remaining
+    condition and tau: every overlapping method's time to target below every blocking method's,
+    at equal bytes per step. Censoring: a completed run that never reached the target has a
+    time to target of at least its training time; that lower bound stands in for it only where
+    it makes the test conservative (the blocking side for "holds", the overlapping side for
+    "does not hold")."""
+    for names in (OVERLAPPING, BLOCKING):
+        if not runs["algorithm"].isin(names).any():
+            return _missing(" or ".join(names))
+    timed = runs[runs["train_s"].notna()]
+    if timed.empty or timed["bandwidth"].isna().all():
+        return None, "no completed run with a training time and a network bandwidth", []
+    slowest = float(timed["bandwidth"].min())
+    network = ", ".join(sorted(set(timed.loc[timed["bandwidth"] == slowest, "network"].dropna())))
+    slow = timed[timed["bandwidth"] == slowest]
+    verdicts, details = [], []
+    for cell in cells(slow):
+        overlapping, blocking = cell.methods(OVERLAPPING), cell.methods(BLOCKING)
+        if not overlapping or not blocking:
+            verdicts.append(None)
+            missing = "overlapping" if not overlapping else "blocking"
+            details.append(f"{cell.name}: cannot tell: no {missing} method")
+            continue
+        # the closest pair first: the slowest overlapping method against the fastest blocking one
+        overlapping = sorted(overlapping, key=lambda m: -_mean_time(cell, m))
+        blocking = sorted(blocking, key=lambda m: _mean_time(cell, m))
+        pairs = []
+        for late in blocking:
+            for early in overlapping:
+                apart = _bytes_apart(cell, late, early)
+                pairs.append((None, apart) if apart else _sooner(cell, early, late))
+        comparisons = [v for v, _ in pairs]
+        verdict = combine(comparisons)
+        # the pair that decides: the first that does not hold, else the first that cannot tell
+        shown = next((line for v, line in pairs if v is False), None)
+        shown = shown or next((line for v, line in pairs if v is None), pairs[0][1])
+        tail = "" if len(pairs) < 2 else " [" + _summary(comparisons, "comparisons") + "]"
+        verdicts.append(verdict)
+        details.append(f"{cell.name}: {_VERDICTS[verdict]}: {shown}{tail}")
+    target = report.get("target_acc")
+    at = f"target acc ≥ {float(target):g}; " if target is not None else ""
+    evidence = f"network {network} ({slowest:g} Gbps); {at}" + _summary(verdicts, "cells")
+    return combine(verdicts), evidence, details
+
+
+def _sooner(cell: Cell, early: str, late: str) -> tuple[bool | None, str]:
+    """Does `early` reach the target before `late`? Welch's t-test of late's time to target
+    minus early's above 0, with never-reached runs as lower bounds where that is conservative
+    (see `overlapping_reach_target_sooner`)."""
+    e_times, e_bounds, e_missed, e_runs = _target_times(cell, early)
+    l_times, l_bounds, l_missed, l_runs = _target_times(cell, late)
+    for name, runs in ((early, e_runs), (late, l_runs)):
+        if not runs:
+            return None, f"no completed {name} run with a time to target"
+    if e_runs == e_missed and l_runs == l_missed:
+        return None, f"no run of {early} or {late} reached the target"
+    e_label = f"{early}{_missed_note(e_missed, e_runs)}"
+    l_label = f"{late}{_missed_note(l_missed, l_runs)}"
+    if not e_missed:  # early's times are exact: late's lower bounds only make "holds" harder
+        c = welch(l_label, [*l_times, *l_bounds], e_label, e_times)
+        holds = c.holds if (c.holds is True or not l_missed) else None
+    elif not l_missed:  # late's exact; early's lower bounds only make "does not hold" harder
+        c = welch(l_label, l_times, e_label, [*e_times, *e_bounds])
+        holds = False if c.holds is False else None
+    else:
+        c = welch(l_label, [*l_times, *l_bounds], e_label, [*e_times, *e_bounds])
+        holds = None
+    text = c.text("s")
+    if holds is None and c.holds is not None and not c.why:
+        text += " (runs that never reached the target leave the order open)"
+    return holds, text
+
+
+def _mean_time(cell: Cell, method: str) -> float:
+    """Mean time to target, never-reached runs at their training time (for ordering only)."""
+    times, bounds, _, _ = _target_times(cell, method)
+    return _mean([*times, *bounds]) if times or bounds else math.inf
+
+
+def _target_times(cell: Cell, method: str) -> tuple[list[float], list[float], int, int]:
+    """(times to target of the completed runs that reached it, training times of those that
+    did not, how many did not, completed runs with a known outcome)."""
+    mine = cell.runs[(cell.runs["method"] == method) & cell.runs["train_s"].notna()]
+    mine = mine[mine["reached"].notna()]
+    hit = mine["reached"].astype(bool)
+    times = mine.loc[hit, "time_to_target"].dropna().astype(float).tolist()
+    bounds = mine.loc[~hit, "train_s"].astype(float).tolist()
+    return times, bounds, int((~hit).sum()), len(mine)
+
+
+def _missed_note(missed: int, runs: int) -> str:
+    return f" ({missed}/{runs} never reached it: training time, a lower bound)" if missed else ""
+
+
+def _bytes_apart(cell: Cell, a: str, b: str) -> str | None:
+    """Why `a` and `b` are not at equal bytes per step (means more than EQUAL_BYTES apart,
+    relative to the larger), or None when they are, or when the runs do not say."""
+    mean_a, mean_b = (
+        _mean(cell.values(a, "bytes_per_step")),
+        _mean(cell.values(b, "bytes_per_step")),
+    )
+    if math.isnan(mean_a) or math.isnan(mean_b) or max(mean_a, mean_b) <= 0:
+        return None
+    if abs(mean_a - mean_b) <= EQUAL_BYTES * max(mean_a, mean_b):
+        return None
+    return (
+        f"not at equal bytes per step: {a} {_value(mean_a, 'bytes')}/step vs {b} "
+        f"{_value(mean_b, 'bytes')}/step"
+    )
+
+
 def _exposed(cell: Cell, method: str, tau: float | None = None) -> np.ndarray:
     mine = cell.runs[cell.runs["method"] == method]
     if tau is not None:
         mine = mine[mine["tau"] == tau]
     return mine["exposed_per_epoch"].to_numpy(float)
+
+
+def _flag(value: Any) -> bool | None:
+    """A yes/no column read back from a frame: True, False, or None when unknown."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return None
+    return bool(value)
 
 
 def _text(value: Any) -> str | None:

@@ -26,7 +26,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.grid import canonical
-from analysis.load import METRIC_KEYS, TAU_LESS
+from analysis.load import METRIC_KEYS, NETWORKS, TAU_LESS
 from experiments import identity
 
 NO_TAU = "-"
@@ -183,6 +183,18 @@ def display(value: Any) -> str:
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return NO_TAU
     return str(value)
+
+
+def order_key(value: Any) -> tuple:
+    """How rows, panels and claim cells order the values of one key: none ("-") first, then
+    numbers in order, then the network presets fastest first, then any other text."""
+    if value is None or value == NO_TAU or (isinstance(value, float) and math.isnan(value)):
+        return (0, 0.0, "")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return (1, float(value), "")
+    if value in NETWORKS:
+        return (2, float(NETWORKS.index(value)), "")
+    return (2, float(len(NETWORKS)), str(value))
 
 
 def series_label(values: Mapping[str, Any], columns: Sequence[str]) -> str:

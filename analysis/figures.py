@@ -10,7 +10,8 @@ which do not depend on it, drawn in every panel), one panel row per other varyin
 per method and knob (PowerSGD's ranks are separate series). Panels share their axes.
 
 Colour = algorithm, from one fixed colour-blind-safe map (seaborn's "colorblind" palette, its
-yellow replaced by black for the sync-SGD baseline), so a method looks the same in every figure;
+yellow replaced by black for the sync-SGD baseline, and four colours of Paul Tol's "muted" scheme
+for BMUF, SlowMo, DiLoCo and Streaming DiLoCo), so a method looks the same in every figure;
 line dash = the knob setting within an algorithm. Lines are the mean over seeds and bands ±1
 sample standard deviation; the legend says so with the number of seeds. Sizes are for print: a
 panel is 1.75 in wide, two panels fill one column (3.5 in), fonts are 7-8 pt, the legend sits
@@ -41,13 +42,22 @@ from matplotlib.figure import Figure
 from matplotlib.lines import Line2D
 from matplotlib.patches import Patch
 
-from analysis.compare import NO_TAU, display, run_values, series_label, short_names, split_rows
+from analysis.compare import (
+    NO_TAU,
+    display,
+    order_key,
+    run_values,
+    series_label,
+    short_names,
+    split_rows,
+)
 from analysis.load import ALGORITHMS
 from experiments.errors import UserError
 
 # seaborn's "colorblind" palette (Okabe-Ito-like, safe for the common colour-vision deficiencies),
 # written out so colours do not move with a seaborn release; its pale yellow is replaced by black,
 # which marks the baseline. The pale pink goes to the method seen least often with many others.
+# Four more from Paul Tol's "muted" scheme (also colour-blind safe) for the later methods.
 ALGORITHM_COLOURS: dict[str, str] = {
     "sync_sgd": "#000000",
     "local_sgd": "#0173b2",
@@ -59,6 +69,13 @@ ALGORITHM_COLOURS: dict[str, str] = {
     "pseudo_sync": "#fbafe4",
     "osp": "#949494",
     "losp": "#56b4e9",
+    # The outer-optimizer family (issue 17), from Paul Tol's colour-blind-safe "muted" scheme:
+    # hues and lightness apart from the ten above (the dark indigo and wine of the DiLoCo pair
+    # stand out beside Local SGD's blue and Overlap-Local-SGD's orange in experiment=low_comm).
+    "bmuf": "#cc6677",
+    "slowmo": "#999933",
+    "diloco": "#332288",
+    "streaming_diloco": "#882255",
 }
 # Names outside the contract (a new method under development) get a colour from their name's
 # hash: stable across figures and runs, unlike an index into whatever happens to be plotted.
@@ -813,12 +830,9 @@ def _mean_by_epoch(rows: pd.DataFrame, units: str, metric: str) -> pd.DataFrame 
 
 
 def _order_key(value: Any) -> tuple:
-    """Numbers in order, then text; none first."""
-    if value is None or value == NO_TAU:
-        return (0, 0.0, "")
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return (1, float(value), "")
-    return (2, 0.0, str(value))
+    """Numbers in order, then the network presets fastest first, then other text; none first
+    (`analysis.compare.order_key`, as the tables)."""
+    return order_key(value)
 
 
 def _algorithm_rank(name: str) -> int:

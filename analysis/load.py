@@ -33,10 +33,15 @@ import yaml
 
 from experiments.errors import UserError
 
-# The algorithm names of contract.md, in the order tables and legends list them (baseline first).
+# The algorithm names of contract.md, in the order tables and legends list them (baseline first;
+# the outer-optimizer variants of Local SGD, then Streaming DiLoCo, right after Local SGD).
 ALGORITHMS = (
     "sync_sgd",
     "local_sgd",
+    "bmuf",
+    "slowmo",
+    "diloco",
+    "streaming_diloco",
     "powersgd",
     "easgd",
     "eamsgd",
@@ -46,6 +51,9 @@ ALGORITHMS = (
     "osp",
     "losp",
 )
+
+# The network presets of conf/network/, fastest first: the order of table rows and panels.
+NETWORKS = ("ideal", "ethernet40g", "ethernet10g", "ethernet1g", "wan")
 
 # Methods that communicate every step, so the top-level `tau` (local updates per round) has no
 # effect on them: their runs form one table row and one curve whatever `tau` the config holds.

@@ -15,7 +15,7 @@ from typing import Any
 
 import pandas as pd
 
-from analysis.compare import NO_TAU, display, run_values, short_names
+from analysis.compare import NO_TAU, display, order_key, run_values, short_names
 from analysis.load import ALGORITHMS, TAU_LESS
 from experiments.errors import UserError
 
@@ -147,14 +147,10 @@ def _row_key(row: pd.Series, rows: list[str]) -> tuple:
             known = cell in ALGORITHMS
             key.append((0 if known else 1, ALGORITHMS.index(cell) if known else 0, str(cell)))
         else:
+            # "-" (no period) sorts first, then numbers in order, then the network presets
+            # fastest first, then any other text.
             number = _number(cell)
-            # "-" (no period) sorts first, then numbers in order, then any other text.
-            if cell == NO_TAU:
-                key.append((0, 0.0, ""))
-            elif number is not None:
-                key.append((1, number, ""))
-            else:
-                key.append((2, 0.0, str(cell)))
+            key.append(order_key(cell if number is None else number))
     return tuple(key)
 
 
@@ -221,11 +217,13 @@ ACC = "test/acc"
 # Summary columns averaged over a group's completed runs -> the table's column of that mean.
 SUMMARY_EXTRA = {
     "summary.comm/bytes": "comm_bytes",
+    "summary.comm/peak_bytes": "comm_peak_bytes",
     "summary.comm/ratio": "comm_ratio",
     "summary.time/train_s": "train_s",
 }
 _EXPERIMENT_HEADERS = {
     "comm_bytes": "communicated",
+    "comm_peak_bytes": "largest collective",
     "comm_ratio": "comm/compute",
     "train_s": "train time (s)",
 }
@@ -288,8 +286,9 @@ def experiment_table(
     - with `target_acc`: `reached_target`, how many of `runs` had an evaluation with
       `test/acc >= target_acc` (from the metric rows of `metrics`, or of `runs` if it has them),
       and `time_to_target_s`, their mean training time at the first such evaluation;
-    - `comm_bytes`, `comm_ratio`, `train_s`: means of the summaries' final `comm/bytes`,
-      `comm/ratio`, `time/train_s` over the completed runs (when the runs log them);
+    - `comm_bytes`, `comm_peak_bytes`, `comm_ratio`, `train_s`: means of the summaries' final
+      `comm/bytes`, `comm/peak_bytes` (the largest collective: the peak bandwidth a method asks
+      for), `comm/ratio`, `time/train_s` over the completed runs (when the runs log them);
     - `failed`, `running`, `missing`: grid points (each a dict config column -> value, see
       `analysis.grid.expand_grid`) of this group without a completed or diverged run, by why:
       only failed runs, a run still running, no run at all; `unresolved`, those points in words
@@ -767,7 +766,7 @@ def _summary_cell(column: str, value: Any) -> str:
     number = _number(value)
     if number is None:
         return EMPTY
-    if column == "comm_bytes":
+    if column in ("comm_bytes", "comm_peak_bytes"):
         return human_bytes(number)
     if column == "comm_ratio":
         return f"{100 * number:.1f}%"

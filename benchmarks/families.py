@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import math
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from analysis.load import ALGORITHMS  # contract.md order, baseline first
@@ -420,16 +420,34 @@ def _model_bytes(overrides: list[str]) -> int:
 # 3. volume
 
 
-def closed_form_bytes(name: str, steps: int, tau: int, n: int, powersgd_floats: int) -> tuple:
+def closed_form_bytes(
+    name: str,
+    steps: int,
+    tau: int,
+    n: int,
+    powersgd_floats: int,
+    fragment_sizes: Sequence[int] = (),
+) -> tuple:
     """(total bytes a worker hands to collectives in a run of `steps` steps evaluated only at
-    the end, the formula) from algorithms.md and the algorithms' docstrings (fp32)."""
+    the end, the formula) from algorithms.md and the algorithms' docstrings (fp32).
+    `fragment_sizes`: the values of each of Streaming DiLoCo's fragments (its default 2)."""
     rounds, partial = steps // tau, int(steps % tau != 0)
     if name in ("sync_sgd", "pseudo_sync"):
         return 4 * n * steps, "4n per step"
     if name == "powersgd":
         return 4 * powersgd_floats * steps, "4 (sum (rows+cols) r' + 1-D numel) per step"
-    if name in ("local_sgd", "easgd", "eamsgd"):
+    if name in ("local_sgd", "bmuf", "slowmo", "diloco", "easgd", "eamsgd"):
         return 4 * n * (rounds + partial), "4n per round (+1 closing a partial round)"
+    if name == "streaming_diloco":
+        # Its defaults at tau = 2: no delay (tau // fragments < 2), so fragment p is sent after
+        # the steps s_p + k tau, s_p = max(1, (p + 1) tau // P), and once more in finish() when
+        # steps followed its last sync.
+        values = 0
+        for p, size in enumerate(fragment_sizes):
+            offset = max(1, (p + 1) * tau // len(fragment_sizes))
+            syncs = [t for t in range(1, steps + 1) if t % tau == offset % tau]
+            values += size * (len(syncs) + int(not syncs or syncs[-1] < steps))
+        return 4 * values, "4 n_p per sync of fragment p, + finish() for each one with progress"
     if name in ("cocod_sgd", "overlap_local_sgd"):
         return 4 * n * (rounds + 1), "4n per round, +1 exact average in finish()"
     if name in ("osp", "losp"):
@@ -441,6 +459,7 @@ def volume(s: Settings, ctx: Context) -> Section:
     import torch
 
     from algorithms.powersgd import floats_per_step
+    from algorithms.streaming_diloco import split_fragments
     from experiments.models import build_model
 
     sec = Section(
@@ -496,6 +515,8 @@ def volume(s: Settings, ctx: Context) -> Section:
     net = build_model({"name": name, "width": width or 8}, channels, 10)
     shapes = [tuple(p.shape) for p in net.parameters() if p.requires_grad]
     n = sum(p.numel() for p in net.parameters() if p.requires_grad)
+    groups = split_fragments([math.prod(shape) for shape in shapes], 2)  # streaming_diloco's
+    fragments = [sum(math.prod(shapes[i]) for i in group) for group in groups]
     for algo in algos:
         for rank in ranks if algo == "powersgd" else [None]:
             want = {"algorithm__name": algo}
@@ -504,7 +525,7 @@ def volume(s: Settings, ctx: Context) -> Section:
             (run,) = h.pick(runs, **want)
             steps, measured = run.steps, run.summary["comm/bytes"]
             fps = floats_per_step(shapes, rank or 1)
-            expected, formula = closed_form_bytes(algo, steps, 2, n, fps)
+            expected, formula = closed_form_bytes(algo, steps, 2, n, fps, fragments)
             label = algo if rank is None else f"powersgd rank {rank}"
             floats = measured / 4 / steps
             compression = 4 * n * steps / measured if algo == "powersgd" else None

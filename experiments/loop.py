@@ -351,6 +351,7 @@ def time_ledger(times: Times, ledger) -> dict[str, float]:
         "time/eval_s": times.eval_s,
         "comm/bytes": ledger.bytes,
         "comm/collectives": ledger.collectives,
+        "comm/peak_bytes": ledger.peak_bytes,  # largest payload of one collective
         # communication-to-computation ratio (timing.md)
         "comm/ratio": ledger.exposed_s / times.compute_s if times.compute_s > 0 else 0.0,
     }

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import statistics
@@ -30,7 +31,7 @@ from analysis.figures import (
     time_figure,
     time_per_epoch,
 )
-from analysis.load import find_runs, load_runs, load_summaries, read_metrics
+from analysis.load import ALGORITHMS, find_runs, load_runs, load_summaries, read_metrics
 from analysis.report import main, report
 from analysis.tables import TAU_LESS, final_accuracy_table, to_markdown, write_table
 from experiments.errors import UserError
@@ -515,11 +516,28 @@ def test_curve_colours_follow_the_fixed_colour_blind_safe_map(frame: pd.DataFram
     for label, handle in legend.items():
         assert mcolors.to_hex(handle.get_color()) == ALGORITHM_COLOURS[label]
         assert not handle.is_dashed()  # one setting per algorithm within a panel
-    assert len(set(ALGORITHM_COLOURS.values())) == len(ALGORITHM_COLOURS) == 10
-    # seaborn's colour-blind palette, its pale yellow swapped for black
+    assert len(set(ALGORITHM_COLOURS.values())) == len(ALGORITHM_COLOURS) == 14
+    assert set(ALGORITHM_COLOURS) == set(ALGORITHMS)  # every method has its fixed colour
+    # seaborn's colour-blind palette, its pale yellow swapped for black, and four of Paul Tol's
+    # colour-blind-safe "muted" scheme for the outer-optimizer family
     colorblind = {mcolors.to_hex(c) for c in sns.color_palette("colorblind")}
-    assert set(ALGORITHM_COLOURS.values()) == (colorblind - {"#ece133"}) | {"#000000"}
+    tol_muted = {"#cc6677", "#999933", "#332288", "#882255"}
+    assert set(ALGORITHM_COLOURS.values()) == (colorblind - {"#ece133"}) | {"#000000"} | tol_muted
+    # no two as close as the closest pair of the original ten (CIE76 distance in Lab)
+    lab = {name: _lab(colour) for name, colour in ALGORITHM_COLOURS.items()}
+    assert min(math.dist(lab[a], lab[b]) for a, b in itertools.combinations(lab, 2)) > 20
     assert algorithm_colour("my_new_method") == algorithm_colour("my_new_method")
+
+
+def _lab(colour: str) -> tuple[float, float, float]:
+    """sRGB hex -> CIE L*a*b* (D65), the textbook formulas."""
+    srgb = mcolors.to_rgb(colour)
+    rgb = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in srgb]
+    x = (0.4124 * rgb[0] + 0.3576 * rgb[1] + 0.1805 * rgb[2]) / 0.95047
+    y = 0.2126 * rgb[0] + 0.7152 * rgb[1] + 0.0722 * rgb[2]
+    z = (0.0193 * rgb[0] + 0.1192 * rgb[1] + 0.9505 * rgb[2]) / 1.08883
+    fx, fy, fz = (t ** (1 / 3) if t > 0.008856 else 7.787 * t + 16 / 116 for t in (x, y, z))
+    return 116 * fy - 16, 500 * (fx - fy), 200 * (fy - fz)
 
 
 def test_powersgd_ranks_are_separate_series_in_table_and_figure(tmp_path: Path) -> None:

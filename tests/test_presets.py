@@ -18,7 +18,9 @@ PRESETS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
 
 
 def test_presets_of_the_issue_exist():
-    assert {"table1", "table2", "fig4", "fig5", "losp", "pseudo_sync", "demo"} <= set(PRESETS)
+    assert {"table1", "table2", "fig4", "fig5", "losp", "pseudo_sync", "demo", "low_comm"} <= set(
+        PRESETS
+    )
     for name in PRESETS:
         head = (REPO / "conf" / "experiment" / f"{name}.yaml").read_text().splitlines()[1]
         assert head.startswith("# "), f"{name}.yaml must open with a comment naming its source"

@@ -236,9 +236,10 @@ def test_fragments_sync_in_turn_bytes_closed_form_and_consensus(tinies):
     assert len(frag) == 3 and sum(frag) == numel and max(frag) < numel
     assert collectives_rounds == 7
     assert bytes_rounds == 8 * (2 * numel + frag[0])  # float64: two full rounds + fragment 0
-    # finish(): one collective of the fragments with local steps since their last launch
-    # (fragment 0 was launched after step 13 and step 14 followed: all three)
-    assert ledger.collectives == 8 and ledger.bytes == bytes_rounds + 8 * numel
+    # finish(): one collective per fragment with local steps since its last launch (fragment 0
+    # was launched after step 13 and step 14 followed: all three), never more than a fragment
+    assert ledger.collectives == 10 and ledger.bytes == bytes_rounds + 8 * numel
+    assert ledger.peak_bytes == 8 * max(frag)
     assert (results[0][1] - results[1][1]).abs().max() < 1e-12  # consensus (identity 6)
     # between syncs the replicas differ: each fragment keeps half its local progress (alpha)
     assert (results[0][0][7] - results[1][0][7]).abs().max() > 1e-6
@@ -260,7 +261,7 @@ def test_fewer_steps_than_fragments_share_steps(tinies):
 def test_each_fragment_is_its_own_accounted_collective_on_the_virtual_clock(tinies):
     # 2 fragments, tau 4, delay 1, 8 steps: fragment 0 launched after steps 1, 5 and applied
     # after 2, 6; fragment 1 launched after 3, 7 and applied after 4, 8; then finish() closes
-    # the round with one blocking collective of the whole model.
+    # the round with one blocking collective per fragment (the whole model, no latency here).
     _, final, ledger, (bytes_rounds, collectives), sizes = tinies[0]["timed"]
     frag_bytes = [8 * sum(s) for s in sizes]
     assert collectives == 4 and bytes_rounds == 2 * sum(frag_bytes)
@@ -274,3 +275,4 @@ def test_each_fragment_is_its_own_accounted_collective_on_the_virtual_clock(tini
     assert math.isclose(ledger.exposed_s, exposed + closing, rel_tol=1e-9)
     assert math.isclose(tinies[0]["timed_clock"], 8 * STEP_S + exposed + closing, rel_tol=1e-9)
     assert tinies[1]["timed_clock"] == tinies[0]["timed_clock"]
+    assert ledger.collectives == 6 and ledger.peak_bytes == max(frag_bytes)
