@@ -15,9 +15,9 @@ conf/ fill them in. Where the ConfigStore holds them:
 
 Checks that span several keys (nesterov needs momentum, workers x alpha < 1, ...) stay by hand
 in `experiments.runner.validate`. Hydra lets `+key=value` add keys that no schema declares;
-`unknown_keys` finds them (the pre-flight refuses them). `compute.step_time_s` and
-`compute.slowdown` take a name or a number (a list), which OmegaConf cannot type: they are `Any`
-here and checked by `experiments.clock.make_clock`.
+`unknown_keys` finds them (the pre-flight refuses them). `compute.step_time_s`,
+`compute.algo_time_s` and `compute.slowdown` take a name or a number (a list), which OmegaConf
+cannot type: they are `Any` here and checked by `experiments.clock.make_clock`.
 
 Registration happens on import (importing `experiments` imports this module).
 """
@@ -89,10 +89,16 @@ class Compression(StrEnum):
 
 @dataclass
 class Compute:
-    # Modeled time (s) of one local step on the reference worker, or `measured` (this
-    # machine's step times). timing=virtual charges it per step; timing=real with
-    # emulate_compute sleeps up to it.
+    # Modeled time (s) of one local step on the reference worker, or `measured`: timing=virtual
+    # measures it once before training (the median of a few steps on a copy of the model, the
+    # mean over workers; recorded as compute/step_time_s in summary.json); timing=real with
+    # emulate_compute sleeps up to it (measured: each step's own time).
     step_time_s: Any = MISSING
+    # timing=virtual: modeled time (s) of the algorithm's own work per local step (its hooks
+    # outside collectives: compression, elastic or anchor arithmetic), or `measured`: once
+    # before training, amortised over whole rounds and scaled as measured algorithm time x
+    # step_time_s / measured step time (compute/algo_time_s in summary.json); 0 = not charged.
+    algo_time_s: Any = MISSING
     # Worker speeds: none | one_slow | half_slow | lognormal | [f_0, ..., f_{m-1}] (a step of
     # worker i takes f_i times the step time).
     slowdown: Any = MISSING
