@@ -162,7 +162,7 @@ class Config:
 
     # W&B group and the name analysis groups runs by; presets set it.
     experiment_name: str = MISSING
-    seed: int = MISSING  # model init (identical on every rank), data order, partition
+    seed: int = MISSING  # model init (identical on every rank), data order (not the shards)
     workers: int = MISSING  # m: number of worker processes (ranks); set by `scale`
     epochs: int = MISSING  # passes over each worker's shard; set by `scale`
     tau: int = MISSING  # local updates per round, for every round-based algorithm
@@ -249,6 +249,9 @@ class Model:
 @dataclass
 class Partition:
     name: str = MISSING  # the option's name (= its file stem)
+    # Seed of the shards' shuffles; 1234 = the reference code's Random(1234), whatever the run's
+    # seed (runs of several seeds share their shards, as in the reference).
+    seed: int = MISSING
 
 
 @dataclass
