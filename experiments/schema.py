@@ -138,12 +138,21 @@ class Comm:
 
 
 @dataclass
+class ScaleNetwork:
+    latency_s: float = MISSING  # alpha (s) of `network=calibrated` at this scale
+    bandwidth_gbps: float = MISSING  # B (Gbit/s) of `network=calibrated` at this scale
+
+
+@dataclass
 class Scale:
     name: str = MISSING  # smoke | cpu | paper: the run size the other keys were set by
     target_acc: float = MISSING  # time-to-accuracy target of the presets' tables
     # Dominant-class share of the non-IID presets that this scale's workers and data allow.
     noniid_fraction: float = MISSING
     step_time_s: float = MISSING  # modeled step time of the presets that use the virtual clock
+    # The network of `network=calibrated` (the fig4/fig5 presets): the paper's proportions of
+    # communication to a step at this scale (calibration stated in conf/scale/<name>.yaml).
+    network: ScaleNetwork = MISSING
 
 
 # --- the root -------------------------------------------------------------------------------
@@ -157,7 +166,8 @@ class Config:
     model: Any = MISSING  # group: resnet18 | tiny_cnn
     partition: Any = MISSING  # group: iid | noniid | dirichlet
     algorithm: Any = MISSING  # group: one per algorithm (algorithms.REGISTRY)
-    network: Any = MISSING  # group: ideal | ethernet40g | ethernet10g | ethernet1g | wan
+    # group: ideal | ethernet40g | ethernet10g | ethernet1g | wan | calibrated (the scale's)
+    network: Any = MISSING
     cluster: Any = MISSING  # group: local | slurm
 
     # W&B group and the name analysis groups runs by; presets set it.
@@ -305,7 +315,10 @@ GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "dataset": {"cifar10": Cifar10, "digits": Digits, "synthetic": Synthetic},
     "model": {"resnet18": Model, "tiny_cnn": Model},
     "partition": {"iid": Partition, "noniid": NonIID, "dirichlet": Dirichlet},
-    "network": {n: Network for n in ("ideal", "ethernet40g", "ethernet10g", "ethernet1g", "wan")},
+    "network": {
+        n: Network
+        for n in ("ideal", "ethernet40g", "ethernet10g", "ethernet1g", "wan", "calibrated")
+    },
     "cluster": {"local": Cluster, "slurm": SlurmCluster},
 }
 
