@@ -50,6 +50,9 @@ Choices [I]:
   work (a small part of one step) earlier than where it happens.
 - The work of `drain()` / `finish()` (evaluation points and the end) is not charged on the
   virtual clock; on the real clock it is measured like the hooks' (experiments/loop.py).
+- The calibration's steps are the run's first ones (t = 0, 1, ...): an algorithm whose work
+  changes later (PowerSGD with `start_step` > 0 compresses only from then on) is charged what
+  its first steps cost; pin `compute.algo_time_s` for such a run.
 - Measured on this machine: the proportion of algorithm work to step is that of this device
   (a CPU's ratio of PowerSGD's QR to a ResNet step is not a GPU's). Pin `compute.algo_time_s`
   to model another device.

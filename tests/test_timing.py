@@ -327,8 +327,8 @@ def test_emulated_overlap_hides_communication_that_local_sgd_exposes(tmp_path):
         "scale=smoke",
         "wandb.mode=disabled",
         "tau=2",
-        "epochs=1",
-        "eval_every=1",
+        "epochs=3",  # 20 steps an epoch
+        "eval_every=3",  # no drain before the end
         "emulate_network=true",
         "emulate_compute=true",
         "compute.step_time_s=0.05",
