@@ -84,6 +84,29 @@ def test_stragglers_are_seeded_by_seed_rank_step():
     assert times != other_rank and times != other_seed
 
 
+@pytest.mark.parametrize(
+    "cfg, message",
+    [
+        ({"step_time_s": 0}, "compute.step_time_s must be a number > 0 or 'measured'"),
+        ({"step_time_s": "fast"}, "compute.step_time_s must be a number > 0"),
+        ({"algo_time_s": -0.1}, "compute.algo_time_s must be a number >= 0 or 'measured'"),
+        ({"algo_time_s": True}, "compute.algo_time_s must be a number >= 0"),
+        ({"algo_time_s": float("inf")}, "compute.algo_time_s must be a number >= 0"),
+    ],
+)
+def test_bad_compute_times(cfg, message):
+    with pytest.raises(ValueError, match=message):
+        Compute.from_config(cfg, m=2, seed=0)
+
+
+def test_compute_times_measured_or_pinned():
+    measured = Compute.from_config({}, m=2, seed=0)
+    assert measured.step_time_s is None and measured.algo_time_s is None  # both `measured`
+    pinned = Compute.from_config({"step_time_s": 0.1, "algo_time_s": 0}, m=2, seed=0)
+    assert (pinned.step_time_s, pinned.algo_time_s) == (0.1, 0.0)
+    assert pinned.algo_time(0, 0) == 0.0  # not charged
+
+
 def test_measured_step_time_scales_the_measurement():
     c = Compute.from_config({"slowdown": "one_slow", "factor": 3}, m=2, seed=0)
     assert c.step_time(0, 0, measured_s=0.02) == pytest.approx(0.02)
