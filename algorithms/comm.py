@@ -13,6 +13,10 @@ Averages are computed as SUM then divide by m: `ReduceOp.AVG` exists on gloo onl
 Time (timing.md): each accounted collective asks the worker's clock for its modeled duration.
 Blocking waits are exposed communication; for a non-blocking one, the part of its duration
 that passed while the worker computed is hidden (`hidden_s`) and only the wait is exposed.
+Every call into `Comm` (and into a `Pending` it returned) also adds its real duration to
+`ledger.call_s`, read on `Comm.timer` (wall time by default; a `clock.DeviceTimer` waits for an
+accelerator's queued work): an algorithm's hook time minus the `call_s` it spent is the
+algorithm's own work (`time/algo_s`, experiments/loop.py and experiments/calibrate.py).
 
 Compressed averages (`comm.compression`, `Codec` below): an accounted average may travel in a
 narrower wire format than the payload's dtype: fp16 or bf16 (a cast), or int8 with one float32
@@ -29,9 +33,11 @@ compressed.
 
 from __future__ import annotations
 
+import functools
 import struct
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
@@ -141,6 +147,9 @@ class Ledger:
     peak_bytes: int = 0  # the largest payload of one collective: the peak bandwidth it asks for
     exposed_s: float = 0.0  # time blocked waiting for a collective to finish
     hidden_s: float = 0.0  # duration of async collectives that overlapped computation
+    # Real time spent inside this Comm's calls (collectives of any kind, their buffers, codecs,
+    # waits), on `Comm.timer`: what separates an algorithm's own work from its communication.
+    call_s: float = 0.0
 
 
 class WallClock:
@@ -176,6 +185,19 @@ def _encode_clock(x: float, parts: int) -> list[float]:
     hi = _to_float32(x)
     mid = _to_float32(x - hi)
     return [hi, mid, x - hi - mid]  # the remainder has <= 5 significant bits: exact in float32
+
+
+def _timed(method):
+    """Add the real duration of a call of `method` (of a Comm, or of a Pending of one) to the
+    Comm's `ledger.call_s`; nested calls count once."""
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        comm = self if isinstance(self, Comm) else self._comm
+        with comm.calls():
+            return method(self, *args, **kwargs)
+
+    return wrapper
 
 
 class _Collective:
@@ -350,6 +372,7 @@ class Pending:
         pending._done = snap["divided"]
         return pending
 
+    @_timed
     def is_completed(self) -> bool:
         """Has the average arrived? On the virtual clock: has this worker's clock reached the
         collective's modeled completion (timing.md)."""
@@ -363,6 +386,7 @@ class Pending:
         """Block until the average has arrived; return it shaped like the inputs."""
         return unflatten(self.wait_flat(), self._like)
 
+    @_timed
     def wait_flat(self) -> torch.Tensor:
         """`wait()`, returning the average as the one flat buffer it arrived in (no copy)."""
         if not self._done:
@@ -382,16 +406,24 @@ class Comm:
     """Averaging over the workers of `group`, with a ledger of bytes, collectives and waits.
 
     `clock` is the worker's clock (experiments/clock.py): real (optionally emulating the
-    network) or virtual; without one, plain wall time. `account=False` is for bookkeeping
+    network) or virtual; without one, plain wall time. `timer` reads the real time that
+    `ledger.call_s` accounts (default `time.perf_counter`; a `clock.DeviceTimer` for device
+    time). `account=False` is for bookkeeping
     collectives (evaluation, metric reduction) that are not part of the algorithm: they are not
     in `comm/bytes`, take no modeled time and are not in the exposed time. `compression` is the
     wire format of the accounted averages (`Codec`; `comm.compression` in the config).
     """
 
     def __init__(
-        self, group: dist.ProcessGroup | None = None, clock=None, compression: str = "none"
+        self,
+        group: dist.ProcessGroup | None = None,
+        clock=None,
+        compression: str = "none",
+        timer: Callable[[], float] | None = None,
     ):
         self.codec = Codec(compression)
+        self.timer = timer if timer is not None else time.perf_counter
+        self._depth = 0  # calls in progress (nested calls are timed once)
         self.group = group
         self.world_size = dist.get_world_size(group)
         self.rank = dist.get_rank(group)
@@ -402,6 +434,21 @@ class Comm:
         # copied out before they return. An async slot holds two buffers used in turn.
         self._buffers: dict[tuple, torch.Tensor] = {}
         self._turn: dict[tuple, int] = {}
+
+    @contextmanager
+    def calls(self):
+        """Time the enclosed code as time spent in this Comm (`ledger.call_s`); nested uses
+        count once."""
+        if self._depth:
+            yield
+            return
+        self._depth += 1
+        start = self.timer()
+        try:
+            yield
+        finally:
+            self._depth -= 1
+            self.ledger.call_s += self.timer() - start
 
     def _buffer(
         self, tensors: list[torch.Tensor], slot: str | None, extra: int = 0
@@ -461,17 +508,20 @@ class Comm:
             self.codec.roundtrip_(flat, [t.numel() for t in tensors])
         return flat
 
+    @_timed
     def mean_(self, tensors: Sequence[torch.Tensor], *, account: bool = True) -> None:
         """Replace every tensor by its average over the workers (blocking, one collective)."""
         tensors = list(tensors)
         total = self._sum_blocking(tensors, account).div_(self.world_size)
         copy_into_(tensors, self._decoded(total, tensors, account))
 
+    @_timed
     def sum_(self, tensors: Sequence[torch.Tensor], *, account: bool = True) -> None:
         """Replace every tensor by its sum over the workers (blocking, one collective)."""
         tensors = list(tensors)
         copy_into_(tensors, self._decoded(self._sum_blocking(tensors, account), tensors, account))
 
+    @_timed
     def mean_async(
         self, tensors: Sequence[torch.Tensor], *, account: bool = True, slot: str | None = None
     ) -> Pending:
@@ -488,6 +538,7 @@ class Comm:
         sizes = [t.numel() for t in tensors]
         return Pending(self, self._launch(flat, account, async_op=True, sizes=sizes), flat, tensors)
 
+    @_timed
     def broadcast_(self, tensors: Sequence[torch.Tensor], src: int = 0) -> None:
         """Overwrite `tensors` with rank `src`'s values (set-up: never accounted).
 
@@ -503,6 +554,7 @@ class Comm:
             dist.broadcast(flat, src=src, group=self.group)
             copy_into_(group, flat)
 
+    @_timed
     def sum_scalars(self, values: Sequence[float], *, op: str = "sum") -> list[float]:
         """Reduce a few Python numbers over the workers with `op` in sum | min | max
         (bookkeeping: never accounted)."""

@@ -11,11 +11,26 @@ Cost of a collective of n payload bytes among m workers (timing.md):
 
 with alpha = `network.latency_s` and B = `network.bandwidth_gbps` (1e9 bit/s units).
 
-Worker speed: a local step takes `compute.step_time_s` (or the measured time of this process's
-step, `measured`) times this worker's slowdown factor (`compute.slowdown`: none, one_slow,
-half_slow, lognormal or an explicit list) times `compute.straggler_factor` with probability
-`compute.straggler_prob`. Every random draw comes from a generator seeded by (seed, rank, step)
-or (seed, "slowdown"): the same run gives the same times.
+Worker speed: a local step takes `compute.step_time_s` times this worker's factor f_i(t): its
+slowdown (`compute.slowdown`: none, one_slow, half_slow, lognormal or an explicit list) times
+`compute.straggler_factor` with probability `compute.straggler_prob`. Every random draw comes
+from a generator seeded by (seed, rank, step) or (seed, "slowdown"): the same run gives the same
+times.
+
+The algorithm's own work (PowerSGD's compression, EASGD's elastic update, the anchor arithmetic
+of the overlap methods, pseudo-sync's prediction: what its hooks do outside collectives) is a
+second charge per local step, `compute.algo_time_s`, scaled by the same factor f_i(t): a slow
+worker does its algorithm's arithmetic slowly too. On the virtual clock
+
+    step:       step_time_s x f_i(t)           (time/compute_s)
+    algorithm:  algo_time_s x f_i(t)           (time/algo_s)
+
+both charged when the local step's backward pass ends, before the hooks' collectives. `measured`
+for either value: experiments/calibrate.py measures it once before training (the median step,
+agreed across workers; the algorithm's work amortised over whole rounds and scaled as
+measured algorithm time x step_time_s / measured step time), records it in summary.json, and a
+rerun that pins both values (`compute.step_time_s=<s> compute.algo_time_s=<a>`) repeats the run
+exactly. On the real clock the algorithm's work is measured every step instead.
 
 Two clocks, one interface used by algorithms/comm.py and experiments/loop.py:
 - `RealClock`: wall-clock. With `emulate_network` a collective completes no earlier than its
@@ -23,17 +38,22 @@ Two clocks, one interface used by algorithms/comm.py and experiments/loop.py:
   nothing and an exposed one its remainder); with `emulate_compute` each step sleeps to reach
   its modeled duration.
 - `VirtualClock`: no sleeping. Each worker keeps a clock; a step advances it by the modeled
-  step time; a collective launched by the workers at clocks c_j completes at max_j c_j + T (the
-  clocks travel with the collective, in slots appended to its buffer), and waiting for it moves
-  the worker's clock to max(own clock, completion).
+  step time and algorithm time; a collective launched by the workers at clocks c_j completes at
+  max_j c_j + T (the clocks travel with the collective, in slots appended to its buffer), and
+  waiting for it moves the worker's clock to max(own clock, completion).
+
+`DeviceTimer` reads time on a device's clock (it waits for the device's queued work first): what
+the calibration and the communication layer's call accounting measure with.
 """
 
 from __future__ import annotations
 
 import math
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
+from functools import partial
+from typing import Any
 
 import numpy as np
 
@@ -121,25 +141,45 @@ def slowdown_factors(
     return factors
 
 
+MEASURED = "measured"
+
+
+def _seconds(cfg: Mapping, key: str, default: Any, positive: bool) -> float | None:
+    """A `compute.` time: `measured` (None) or a number of seconds (> 0, or >= 0)."""
+    value = cfg.get(key, default)
+    if value == MEASURED or value is None:
+        return None
+    bound = "> 0" if positive else ">= 0"
+    if isinstance(value, bool):
+        raise ValueError(f"compute.{key} must be a number {bound} or 'measured', got {value!r}")
+    try:
+        seconds = float(value)
+    except (TypeError, ValueError):
+        raise ValueError(
+            f"compute.{key} must be a number {bound} or 'measured', got {value!r}"
+        ) from None
+    if not (seconds > 0 if positive else seconds >= 0) or not math.isfinite(seconds):
+        raise ValueError(f"compute.{key} must be a number {bound} or 'measured', got {value!r}")
+    return seconds
+
+
 @dataclass(frozen=True)
 class Compute:
-    """The modeled duration of each local step of each worker."""
+    """The modeled duration of each local step of each worker, and of its algorithm's work."""
 
-    step_time_s: float | None  # None = this process's measured step time
+    step_time_s: float | None  # None = measured (the calibration, or each step's own time)
     slowdown: tuple[float, ...]
     straggler_prob: float = 0.0
     straggler_factor: float = 1.0
     seed: int = 0
+    # The algorithm's own work per local step on the virtual clock; None = measured (the
+    # calibration). 0: not charged.
+    algo_time_s: float | None = 0.0
 
     @classmethod
     def from_config(cls, cfg: Mapping, m: int, seed: int) -> Compute:
-        step = cfg.get("step_time_s", "measured")
-        if step == "measured" or step is None:
-            step_time = None
-        else:
-            step_time = float(step)
-            if not step_time > 0:
-                raise ValueError(f"compute.step_time_s must be > 0 or 'measured', got {step!r}")
+        step_time = _seconds(cfg, "step_time_s", MEASURED, positive=True)
+        algo_time = _seconds(cfg, "algo_time_s", MEASURED, positive=False)
         prob = float(cfg.get("straggler_prob", 0.0))
         if not 0 <= prob <= 1:
             raise ValueError(f"compute.straggler_prob must be in [0, 1], got {prob}")
@@ -153,17 +193,27 @@ class Compute:
             sigma=float(cfg.get("sigma", 0.5)),
             seed=seed,
         )
-        return cls(step_time, tuple(factors), prob, straggler, seed)
+        return cls(step_time, tuple(factors), prob, straggler, seed, algo_time)
 
-    def step_time(self, rank: int, step: int, measured_s: float) -> float:
-        """Modeled duration of `rank`'s local step `step` (measured_s: what it really took)."""
-        base = measured_s if self.step_time_s is None else self.step_time_s
-        t = base * self.slowdown[rank]
+    def scaled(self, seconds: float, rank: int, step: int) -> float:
+        """`seconds` of reference work as `rank` does it at step `step`: times its slowdown, and
+        times the straggler factor when this step's draw makes it a straggler."""
+        t = seconds * self.slowdown[rank]
         if self.straggler_prob > 0:
             draw = np.random.default_rng([self.seed, rank, step]).random()
             if draw < self.straggler_prob:
                 t *= self.straggler_factor
         return t
+
+    def step_time(self, rank: int, step: int, measured_s: float) -> float:
+        """Modeled duration of `rank`'s local step `step` (measured_s: what it really took)."""
+        return self.scaled(measured_s if self.step_time_s is None else self.step_time_s, rank, step)
+
+    def algo_time(self, rank: int, step: int) -> float:
+        """Modeled duration of the algorithm's work in `rank`'s local step `step`."""
+        if not self.algo_time_s:  # 0, or not calibrated (a clock built outside a run)
+            return 0.0
+        return self.scaled(self.algo_time_s, rank, step)
 
 
 class RealClock:
@@ -195,6 +245,10 @@ class RealClock:
             time.sleep(target - measured_s)
         return max(target, measured_s)
 
+    def algo_step(self, step: int) -> float:
+        """Nothing modeled: the loop measures the algorithm's work in the hooks themselves."""
+        return 0.0
+
     def duration(self, nbytes: int, m: int) -> float:
         return self.network.collective_time(nbytes, m) if self.emulate_network else 0.0
 
@@ -212,12 +266,52 @@ class VirtualClock:
         return self.t
 
     def local_step(self, step: int, measured_s: float) -> float:
+        """Advance by the modeled step `step`; returns its duration (time/compute_s)."""
         dt = self.compute.step_time(self.rank, step, measured_s)
+        self.t += dt
+        return dt
+
+    def algo_step(self, step: int) -> float:
+        """Advance by the modeled algorithm work of step `step` (amortised per local step,
+        experiments/calibrate.py); returns its duration (time/algo_s)."""
+        dt = self.compute.algo_time(self.rank, step)
         self.t += dt
         return dt
 
     def duration(self, nbytes: int, m: int) -> float:
         return self.network.collective_time(nbytes, m)
+
+
+class DeviceTimer:
+    """Seconds on `device`'s clock: `now()` first waits for the work queued on the device, so
+    the difference of two readings is the time the device (and the host) spent on the work
+    between them, not the time it took to launch it. On the CPU nothing is queued: a plain
+    `perf_counter`. On CUDA: `torch.cuda.synchronize` then `perf_counter`, i.e. the timed
+    region is synchronised at both ends (what the reference code does around its timers). Every
+    reading costs a host-device sync: for measurements off the hot path (the calibration);
+    `synchronize` and `clock` are injectable so that the accelerator path is testable here."""
+
+    def __init__(
+        self,
+        device: Any = "cpu",
+        synchronize: Callable[[], None] | None = None,
+        clock: Callable[[], float] = time.perf_counter,
+    ):
+        if synchronize is None:
+            import torch
+
+            device = torch.device(device)
+            if device.type == "cuda":
+                synchronize = partial(torch.cuda.synchronize, device)
+        self.synchronize, self.clock = synchronize, clock
+
+    def __call__(self) -> float:
+        return self.now()
+
+    def now(self) -> float:
+        if self.synchronize is not None:
+            self.synchronize()
+        return self.clock()
 
 
 def make_clock(cfg: Mapping, rank: int, m: int) -> RealClock | VirtualClock:

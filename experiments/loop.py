@@ -1,12 +1,15 @@
 """The only training loop. It knows no algorithm: it calls the four hooks of algorithms/base.py.
 
+    (timing=virtual with a `measured` compute time: experiments/calibrate.py, once)
     for each local step t (one counter across epochs):
         x, y = next batch of this worker's shard            (time/data_s)
         lr   = schedule(t)
         zero_grad -> forward -> backward                     (time/compute_s ...)
         clock.local_step(t)        (virtual: adds the modeled step; real: emulated sleep)
+        clock.algo_step(t)         (virtual: adds the modeled algorithm work)
         algo.before_step(t) -> optimizer.step() -> algo.after_step(t)
-                                                             (... minus time/comm_exposed_s)
+                                   (... minus time/comm_exposed_s and, real clock: minus
+                                    time/algo_s = the hooks' time outside Comm's calls)
         (between steps: the stop poll, see below)
     every `eval_every` epochs and after the last: algo.drain() (the last time: the local models
     are evaluated, then algo.finish()), then evaluate (time/eval_s, not training time); then,
@@ -14,9 +17,11 @@
 
 Time is kept on the run's clock (experiments/clock.py): wall-clock, or a deterministic virtual
 clock on which collectives complete at their modeled times. Training time excludes evaluation
-(AlgoPerf's rule). A non-finite training loss stops the run
-with status `diverged` on every worker at the next evaluation point, and the summary names the
-first step at which any worker saw it.
+(AlgoPerf's rule). The ledger (`time_ledger`): compute + algorithm work + exposed communication
+= training time, exactly on the virtual clock; on the real clock data loading and the rest
+(Python between the timers, the communication layer's own copies) complete it. A non-finite
+training loss stops the run with status `diverged` on every worker at the next evaluation
+point, and the summary names the first step at which any worker saw it.
 
 Checkpoints (experiments/checkpoint.py): `capture()` takes this worker's whole state at a step
 boundary and `restore()` puts it back, so that a resumed run continues on the same trajectory.
@@ -60,15 +65,19 @@ class LoopSettings:
 class Times:
     """Training-time accounts of this worker, in seconds (timing.md, "The ledger").
 
-    Real clock: measured; `train_s` = data + compute + exposed communication + other (Python
-    overhead between the timers), within a few percent. Virtual clock: modeled; data loading is
-    not modeled and `train_s` = compute + exposed communication exactly.
+    Real clock: measured; `algo_s` is the time in the algorithm's hooks (and its drain/finish)
+    outside the communication layer's calls, `compute_s` the rest of the step after the exposed
+    communication and `algo_s`; `train_s` = data + compute + algorithm + exposed communication
+    + other (Python overhead between the timers), within a few percent. Virtual clock: modeled;
+    data loading is not modeled and `train_s` = compute + algorithm + exposed communication
+    exactly.
     """
 
     train_s: float = 0.0
     compute_s: float = 0.0
     data_s: float = 0.0
     eval_s: float = 0.0
+    algo_s: float = 0.0
 
 
 @dataclass
@@ -86,6 +95,7 @@ class Position:
     lr: float = 0.0
     row: dict = field(default_factory=dict)  # the last evaluation's metrics
     epoch_rng: torch.Tensor | None = None  # the data loader's generator at the start of `epoch`
+    calibration: dict | None = None  # the virtual clock's (experiments/calibrate.py), once
 
 
 @dataclass
@@ -121,6 +131,9 @@ def train(
     ckpt = checkpointing
     if ckpt is not None and ckpt.resume is not None:
         restore(ckpt.resume, algo, comm, times, pos, train_loader)
+    calibration = _calibration(algo, comm, train_loader, device, settings, pos.calibration)
+    pos.calibration = calibration.state() if calibration is not None else None
+    calibrated = calibration.record() if calibration is not None else {}
     progress = Progress(total_steps, enabled=settings.progress and comm.rank == 0, done=pos.step)
     heartbeat = Heartbeat(settings.heartbeat, total_steps)
     fault = Fault(comm.rank)  # COMMSGD_INJECT_FAULT: failure handling on purpose
@@ -171,20 +184,30 @@ def train(
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
             # The clock takes the step's compute here, before any collective of the hooks:
-            # virtual: adds the modeled step time; real: sleeps to it with emulate_compute.
+            # virtual: adds the modeled step time and algorithm work; real: sleeps to the
+            # modeled step with emulate_compute (the algorithm's work is measured below).
             step_compute = clock.local_step(step, time.perf_counter() - t1)
+            step_algo = clock.algo_step(step)
+            calls_before, h0 = ledger.call_s, time.perf_counter()
             algo.before_step(step)
+            h1 = time.perf_counter()
             optimizer.step()
+            h2 = time.perf_counter()
             algo.after_step(step)
+            h3 = time.perf_counter()
             losses.add(loss, step)  # on the device: no per-step wait for an accelerator
 
             t2 = time.perf_counter()
             if clock.virtual:
                 times.compute_s += step_compute
+                times.algo_s += step_algo
                 times.train_s = clock.now()
             else:
+                # the hooks' own work: their time outside the communication layer's calls
+                step_algo = (h1 - h0) + (h3 - h2) - (ledger.call_s - calls_before)
                 times.data_s += t1 - t0
-                times.compute_s += (t2 - t1) - (ledger.exposed_s - exposed_before)
+                times.algo_s += step_algo
+                times.compute_s += (t2 - t1) - (ledger.exposed_s - exposed_before) - step_algo
                 times.train_s += t2 - t0
             pos.loss_steps += 1
             pos.lr = lr
@@ -203,7 +226,7 @@ def train(
         # flight (OSP/LOSP push at rank-dependent steps) an evaluation all-reduce would be
         # matched against another worker's push. The last evaluation sees the consensus.
         t0 = time.perf_counter()
-        exposed_before = ledger.exposed_s
+        exposed_before, calls_before = ledger.exposed_s, ledger.call_s
         local_counts, local_s = None, 0.0
         if last:
             # The reference's number, each worker's own model, before finish() replaces the
@@ -220,11 +243,14 @@ def train(
         _synchronize(device)  # an accelerator's queued steps belong to this epoch's time
         t1 = time.perf_counter()
         times.eval_s += local_s
-        if clock.virtual:
+        if clock.virtual:  # drain/finish's own work is not modeled (experiments/calibrate.py)
             times.train_s = clock.now()
         else:
-            times.compute_s += (t1 - t0 - local_s) - (ledger.exposed_s - exposed_before)
-            times.train_s += t1 - t0 - local_s
+            spent = t1 - t0 - local_s
+            work = spent - (ledger.call_s - calls_before)  # drain/finish outside Comm's calls
+            times.algo_s += work
+            times.compute_s += spent - (ledger.exposed_s - exposed_before) - work
+            times.train_s += spent
 
         # Divergence is a result: the workers agree on the first step at which any of them saw
         # a non-finite loss, and stop together.
@@ -257,6 +283,7 @@ def train(
         row.update(
             {
                 **time_ledger(times, ledger),
+                **calibrated,
                 **{f"algo/{k}": v for k, v in algo.metrics().items()},
             }
         )
@@ -296,7 +323,33 @@ def train(
         "diverged_at_step": int(diverged_at) if status == "diverged" and diverged else None,
         "epochs": row.get("epoch"),
         **time_ledger(times, ledger),
+        **calibrated,
     }
+
+
+def _calibration(algo: Algorithm, comm: Comm, loader, device, settings: LoopSettings, saved):
+    """The virtual clock's calibration (experiments/calibrate.py), applied to the clock: the
+    saved one of a resumed run, else measured now when a compute time is `measured`, else the
+    pinned values. None on the real clock (nothing to calibrate: it measures every step)."""
+    from experiments import calibrate
+
+    clock = comm.clock
+    if not clock.virtual:
+        return None
+    if saved is not None:
+        result = calibrate.Calibration.from_state(saved)
+    elif calibrate.needed(clock.compute):
+        steps_per_epoch = len(loader)
+        result = calibrate.calibrate(
+            algo,
+            clock.compute,
+            calibrate.calibration_batch(loader.dataset, loader.batch_size, device, settings.dtype),
+            lambda t: lr_at(t, steps_per_epoch, **settings.schedule),
+        )
+    else:
+        result = calibrate.pinned(clock.compute)
+    clock.compute = result.apply(clock.compute)
+    return result
 
 
 def _generator_state(loader) -> torch.Tensor | None:
@@ -347,6 +400,7 @@ def time_ledger(times: Times, ledger) -> dict[str, float]:
         "time/compute_s": times.compute_s,
         "time/comm_exposed_s": ledger.exposed_s,
         "time/comm_hidden_s": ledger.hidden_s,
+        "time/algo_s": times.algo_s,
         "time/data_s": times.data_s,
         "time/eval_s": times.eval_s,
         "comm/bytes": ledger.bytes,

@@ -4,6 +4,11 @@ Every function is pure: (labels, num_workers, seed, knobs) -> one int64 index ar
 the same on every rank, so each rank can compute the whole partition and keep its own shard
 without any communication.
 
+The shuffles' seed is `partition.seed` (default REFERENCE_SEED = 1234, the reference code's
+`Random(1234)`), not the run's `seed`: as in the reference, runs of several seeds train on the
+same shards (the run seed varies the model's initialisation, the data order and the
+augmentation), and a seed-0 run of the suite shuffles as the reference does.
+
 Two invariants hold for every scheme, because the synchronous and round-based algorithms issue
 one collective per step (or per round) on every rank:
 
@@ -23,6 +28,9 @@ from collections.abc import Mapping
 import numpy as np
 
 from experiments.errors import UserError
+
+REFERENCE_SEED = 1234
+"""The reference code's partition seed (`random.Random(1234)` in its DataPartitioner)."""
 
 PAPER_DOMINANT_FRACTION = 2000 / 3125
 """The paper's non-IID split: 2000 of each worker's 3125 CIFAR-10 samples from one class."""
@@ -46,7 +54,8 @@ def iid(labels: np.ndarray, num_workers: int, seed: int) -> list[np.ndarray]:
     """Shuffle all indices and cut consecutive chunks of q.
 
     The shuffle uses `random.Random(seed)` on the list 0..N-1, as the reference code's
-    DataPartitioner does, so seed 1234 on CIFAR-10 with 16 workers reproduces its shards exactly.
+    DataPartitioner does, so seed 1234 (`partition.seed`'s default, whatever the run's seed) on
+    CIFAR-10 with 16 workers reproduces its shards exactly.
     """
     n = len(_labels(labels))
     q = _check_workers(n, num_workers)
@@ -178,11 +187,16 @@ def _number(cfg: Mapping, key: str, default: float) -> float:
 
 
 def make_partition(
-    cfg: Mapping, labels: np.ndarray, num_workers: int, seed: int
+    cfg: Mapping, labels: np.ndarray, num_workers: int, seed: int | None = None
 ) -> list[np.ndarray]:
-    """Dispatch on the Hydra `partition` node: `name` (iid, noniid, dirichlet) plus its knobs."""
+    """Dispatch on the Hydra `partition` node: `name` (iid, noniid, dirichlet) plus its knobs.
+    The shuffles' seed is `seed` when given, else the node's `seed` (default REFERENCE_SEED)."""
     labels = _labels(labels)
     _check_workers(len(labels), num_workers)
+    if seed is None:
+        seed = cfg.get("seed", REFERENCE_SEED)
+        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
+            raise UserError(f"partition.seed must be an integer >= 0, got {seed!r}")
     name = cfg.get("name")
     if name == "iid":
         return iid(labels, num_workers, seed)

@@ -183,7 +183,7 @@ def check_data(cfg: dict[str, Any]):
 
     prepare_dataset(cfg["dataset"])
     bundle = load_dataset(cfg["dataset"])
-    shards = make_partition(cfg["partition"], bundle.train_labels, cfg["workers"], cfg["seed"])
+    shards = make_partition(cfg["partition"], bundle.train_labels, cfg["workers"])
     if len(shards[0]) < 1:
         raise UserError(f"{cfg['workers']} workers leave no training sample per worker")
     card = data_card(bundle.train_labels, shards, bundle.num_classes)
@@ -413,7 +413,7 @@ def train_worker(
 
     if bundle is None:
         bundle = load_dataset(cfg["dataset"])
-    shards = make_partition(cfg["partition"], bundle.train_labels, m, seed)
+    shards = make_partition(cfg["partition"], bundle.train_labels, m)  # partition.seed
 
     torch.manual_seed(seed)  # identical initial parameters on every worker ...
     model = build_model(cfg["model"], bundle.in_channels, bundle.num_classes).to(device, dtype)

@@ -15,9 +15,9 @@ conf/ fill them in. Where the ConfigStore holds them:
 
 Checks that span several keys (nesterov needs momentum, workers x alpha < 1, ...) stay by hand
 in `experiments.runner.validate`. Hydra lets `+key=value` add keys that no schema declares;
-`unknown_keys` finds them (the pre-flight refuses them). `compute.step_time_s` and
-`compute.slowdown` take a name or a number (a list), which OmegaConf cannot type: they are `Any`
-here and checked by `experiments.clock.make_clock`.
+`unknown_keys` finds them (the pre-flight refuses them). `compute.step_time_s`,
+`compute.algo_time_s` and `compute.slowdown` take a name or a number (a list), which OmegaConf
+cannot type: they are `Any` here and checked by `experiments.clock.make_clock`.
 
 Registration happens on import (importing `experiments` imports this module).
 """
@@ -89,10 +89,16 @@ class Compression(StrEnum):
 
 @dataclass
 class Compute:
-    # Modeled time (s) of one local step on the reference worker, or `measured` (this
-    # machine's step times). timing=virtual charges it per step; timing=real with
-    # emulate_compute sleeps up to it.
+    # Modeled time (s) of one local step on the reference worker, or `measured`: timing=virtual
+    # measures it once before training (the median of a few steps on a copy of the model, the
+    # mean over workers; recorded as compute/step_time_s in summary.json); timing=real with
+    # emulate_compute sleeps up to it (measured: each step's own time).
     step_time_s: Any = MISSING
+    # timing=virtual: modeled time (s) of the algorithm's own work per local step (its hooks
+    # outside collectives: compression, elastic or anchor arithmetic), or `measured`: once
+    # before training, amortised over whole rounds and scaled as measured algorithm time x
+    # step_time_s / measured step time (compute/algo_time_s in summary.json); 0 = not charged.
+    algo_time_s: Any = MISSING
     # Worker speeds: none | one_slow | half_slow | lognormal | [f_0, ..., f_{m-1}] (a step of
     # worker i takes f_i times the step time).
     slowdown: Any = MISSING
@@ -132,12 +138,21 @@ class Comm:
 
 
 @dataclass
+class ScaleNetwork:
+    latency_s: float = MISSING  # alpha (s) of `network=calibrated` at this scale
+    bandwidth_gbps: float = MISSING  # B (Gbit/s) of `network=calibrated` at this scale
+
+
+@dataclass
 class Scale:
     name: str = MISSING  # smoke | cpu | paper: the run size the other keys were set by
     target_acc: float = MISSING  # time-to-accuracy target of the presets' tables
     # Dominant-class share of the non-IID presets that this scale's workers and data allow.
     noniid_fraction: float = MISSING
     step_time_s: float = MISSING  # modeled step time of the presets that use the virtual clock
+    # The network of `network=calibrated` (the fig4/fig5 presets): the paper's proportions of
+    # communication to a step at this scale (calibration stated in conf/scale/<name>.yaml).
+    network: ScaleNetwork = MISSING
 
 
 # --- the root -------------------------------------------------------------------------------
@@ -151,12 +166,13 @@ class Config:
     model: Any = MISSING  # group: resnet18 | tiny_cnn
     partition: Any = MISSING  # group: iid | noniid | dirichlet
     algorithm: Any = MISSING  # group: one per algorithm (algorithms.REGISTRY)
-    network: Any = MISSING  # group: ideal | ethernet40g | ethernet10g | ethernet1g | wan
+    # group: ideal | ethernet40g | ethernet10g | ethernet1g | wan | calibrated (the scale's)
+    network: Any = MISSING
     cluster: Any = MISSING  # group: local | slurm
 
     # W&B group and the name analysis groups runs by; presets set it.
     experiment_name: str = MISSING
-    seed: int = MISSING  # model init (identical on every rank), data order, partition
+    seed: int = MISSING  # model init (identical on every rank), data order (not the shards)
     workers: int = MISSING  # m: number of worker processes (ranks); set by `scale`
     epochs: int = MISSING  # passes over each worker's shard; set by `scale`
     tau: int = MISSING  # local updates per round, for every round-based algorithm
@@ -243,6 +259,9 @@ class Model:
 @dataclass
 class Partition:
     name: str = MISSING  # the option's name (= its file stem)
+    # Seed of the shards' shuffles; 1234 = the reference code's Random(1234), whatever the run's
+    # seed (runs of several seeds share their shards, as in the reference).
+    seed: int = MISSING
 
 
 @dataclass
@@ -296,7 +315,10 @@ GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "dataset": {"cifar10": Cifar10, "digits": Digits, "synthetic": Synthetic},
     "model": {"resnet18": Model, "tiny_cnn": Model},
     "partition": {"iid": Partition, "noniid": NonIID, "dirichlet": Dirichlet},
-    "network": {n: Network for n in ("ideal", "ethernet40g", "ethernet10g", "ethernet1g", "wan")},
+    "network": {
+        n: Network
+        for n in ("ideal", "ethernet40g", "ethernet10g", "ethernet1g", "wan", "calibrated")
+    },
     "cluster": {"local": Cluster, "slurm": SlurmCluster},
 }
 

@@ -164,3 +164,54 @@ def test_data_card_contents():
         ],
     }
     assert json.loads(json.dumps(card)) == card
+
+
+def test_default_partition_seed_is_the_references_whatever_the_run_seed():
+    """The docstring's claim: the default `partition.seed` (1234) on CIFAR-10's 50,000 samples
+    with 16 workers gives the reference DataPartitioner's shards (Random(1234).shuffle, chunks
+    of 3125), and the node's seed, not a run seed, decides them."""
+    import random
+
+    from experiments.partition import REFERENCE_SEED
+
+    assert REFERENCE_SEED == 1234
+    order = list(range(50_000))
+    random.Random(1234).shuffle(order)
+    reference = [order[k * 3125 : (k + 1) * 3125] for k in range(16)]
+    labels = cifar10_like_labels()
+    shards = make_partition({"name": "iid"}, labels, 16)
+    assert [s.tolist() for s in shards] == reference
+    pinned = make_partition({"name": "iid", "seed": 1234}, labels, 16)
+    assert all(np.array_equal(a, b) for a, b in zip(shards, pinned, strict=True))
+    with pytest.raises(UserError, match="partition.seed must be an integer >= 0"):
+        make_partition({"name": "iid", "seed": -1}, labels, 16)
+
+
+@pytest.mark.parametrize("partition", ["iid", "noniid", "dirichlet"])
+def test_two_run_seeds_share_shards_two_partition_seeds_do_not(partition):
+    """What the runner does with a composed config (experiments.runner.check_data and its
+    workers' `make_partition(cfg["partition"], labels, workers)`): the run's `seed` leaves the
+    shards and the data card alone; `partition.seed` moves them."""
+    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
+
+    from experiments.data import load_dataset
+    from experiments.runner import check_data
+    from tests.cli import REPO
+
+    def plain(*overrides: str) -> dict:
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            cfg = compose("config", overrides=[f"partition={partition}", *overrides])
+        return OmegaConf.to_container(cfg, resolve=True)
+
+    extra = ("partition.dominant_fraction=0.35",) if partition == "noniid" else ()
+    configs = [plain(*extra), plain("seed=1", *extra), plain("partition.seed=7", *extra)]
+    assert configs[0]["partition"]["seed"] == 1234
+    labels = load_dataset(configs[0]["dataset"]).train_labels
+    shards = [make_partition(c["partition"], labels, c["workers"]) for c in configs]
+    same = [np.array_equal(a, b) for a, b in zip(shards[0], shards[1], strict=True)]
+    other = [np.array_equal(a, b) for a, b in zip(shards[0], shards[2], strict=True)]
+    assert all(same) and not any(other)
+    cards = [check_data(c)[1] for c in configs]
+    assert cards[0] == cards[1]
+    assert cards[0]["partition"]["seed"] == 1234 and cards[2]["partition"]["seed"] == 7

@@ -41,6 +41,7 @@ def config(*overrides: str) -> dict:
                 "progress=false",
                 "timing=virtual",
                 "compute.step_time_s=0.01",
+                "compute.algo_time_s=0.001",  # pinned: the uninterrupted run charges the same
                 "network=ethernet1g",  # collectives take several steps: windows, overlap
                 "tau=2",
                 "checkpoint.poll_steps=2",
@@ -55,6 +56,8 @@ def rows(run_dir: Path) -> list[dict]:
     for line in (run_dir / "metrics.jsonl").read_text().splitlines():
         row = json.loads(line)
         row.pop("time/eval_s")  # wall-clock time of the evaluation: never the same twice
+        for key in [k for k in row if k.startswith(("compute/measured", "compute/calibration"))]:
+            row.pop(key)  # the virtual clock's raw calibration: absent when its values are pinned
         out.append(row)
     return out
 
@@ -230,9 +233,14 @@ def test_run_py_signalled_checkpoints_exits_3_and_the_rerun_resumes_exactly(tmp_
     resumed = run_py(*args, f"out_root={tmp_path / 'cut'}")
     assert resumed.returncode == 0, resumed.stdout[-2000:] + resumed.stderr[-2000:]
     assert f"resume from step {meta['step']} (stop request)" in resumed.stdout
-    full = run_py(*args, f"out_root={tmp_path / 'full'}")
+    # The algorithm's work was measured when the run started (compute.algo_time_s=measured)
+    # and the resumed run kept that value: an uninterrupted run pinning it is the same run.
+    algo_time = json.loads((run_dir / "metrics.jsonl").read_text().splitlines()[0])
+    algo_time = algo_time["compute/algo_time_s"]
+    pinned = [*args, f"compute.algo_time_s={algo_time!r}"]
+    full = run_py(*pinned, f"out_root={tmp_path / 'full'}")
     assert full.returncode == 0
-    full_dir = tmp_path / "full" / "runs" / run_dir.name
+    full_dir = run_dir_of(tmp_path / "full", *pinned)
     assert rows(run_dir) == rows(full_dir)
     summary = json.loads((run_dir / "summary.json").read_text())
     assert summary["status"] == "completed" and "interrupted" not in summary

@@ -84,6 +84,29 @@ def test_stragglers_are_seeded_by_seed_rank_step():
     assert times != other_rank and times != other_seed
 
 
+@pytest.mark.parametrize(
+    "cfg, message",
+    [
+        ({"step_time_s": 0}, "compute.step_time_s must be a number > 0 or 'measured'"),
+        ({"step_time_s": "fast"}, "compute.step_time_s must be a number > 0"),
+        ({"algo_time_s": -0.1}, "compute.algo_time_s must be a number >= 0 or 'measured'"),
+        ({"algo_time_s": True}, "compute.algo_time_s must be a number >= 0"),
+        ({"algo_time_s": float("inf")}, "compute.algo_time_s must be a number >= 0"),
+    ],
+)
+def test_bad_compute_times(cfg, message):
+    with pytest.raises(ValueError, match=message):
+        Compute.from_config(cfg, m=2, seed=0)
+
+
+def test_compute_times_measured_or_pinned():
+    measured = Compute.from_config({}, m=2, seed=0)
+    assert measured.step_time_s is None and measured.algo_time_s is None  # both `measured`
+    pinned = Compute.from_config({"step_time_s": 0.1, "algo_time_s": 0}, m=2, seed=0)
+    assert (pinned.step_time_s, pinned.algo_time_s) == (0.1, 0.0)
+    assert pinned.algo_time(0, 0) == 0.0  # not charged
+
+
 def test_measured_step_time_scales_the_measurement():
     c = Compute.from_config({"slowdown": "one_slow", "factor": 3}, m=2, seed=0)
     assert c.step_time(0, 0, measured_s=0.02) == pytest.approx(0.02)
@@ -178,8 +201,9 @@ def test_real_clock_emulates_the_network():
 # --- whole runs: closed forms, determinism, the ledger invariant, heterogeneity -----------
 
 STEP = 0.01
+ALGO = 0.002  # the algorithm's work per step, pinned: the closed forms gain ALGO per step
 FAST = ("dataset=synthetic", "scale=smoke", "wandb.mode=disabled", "timing=virtual",
-        f"compute.step_time_s={STEP}")  # fmt: skip
+        f"compute.step_time_s={STEP}", f"compute.algo_time_s={ALGO}")  # fmt: skip
 TINY_BYTES = sum(p.numel() for p in TinyCNN(1, 10, width=8).parameters()) * 4
 STEPS = 64  # synthetic: 2048 samples, 2 workers, batch 32, 2 epochs
 
@@ -204,25 +228,27 @@ def test_closed_forms_sync_local_overlap_and_ps(tmp_path):
     row = run_virtual(tmp_path, "sync", "algorithm=sync_sgd", *net)
     assert row["time/comm_exposed_s"] == pytest.approx(STEPS * t_ring, rel=1e-9)
     assert row["time/compute_s"] == pytest.approx(STEPS * STEP, rel=1e-9)
-    assert row["time/train_s"] == pytest.approx(STEPS * (STEP + t_ring), rel=1e-9)
+    assert row["time/algo_s"] == pytest.approx(STEPS * ALGO, rel=1e-9)
+    assert row["time/train_s"] == pytest.approx(STEPS * (STEP + ALGO + t_ring), rel=1e-9)
     assert row["comm/ratio"] == pytest.approx(t_ring / STEP, rel=1e-9)
+    assert row["compute/step_time_s"] == STEP and row["compute/algo_time_s"] == ALGO
 
     row = run_virtual(tmp_path, "local", "algorithm=local_sgd", "tau=4", *net)
     assert row["time/comm_exposed_s"] == pytest.approx(STEPS / 4 * t_ring, rel=1e-9)
 
-    # Overlap-Local-SGD, tau = 2: the anchor has 2 steps to arrive. At the end, finish() waits
-    # for the last anchor (T, nothing to hide it) and averages once (T).
-    rounds = STEPS // 2
-    for name, latency in (("hidden", 0.3 * STEP), ("exposed", 0.7 * STEP)):
-        t = ring_allreduce_time(TINY_BYTES, 2, latency, bw)  # 1.2 and 2.8 steps + bytes
+    # Overlap-Local-SGD, tau = 2: the anchor has 2 steps (each STEP + ALGO) to arrive. At the
+    # end, finish() waits for the last anchor (T, nothing to hide it) and averages once (T).
+    rounds, window = STEPS // 2, 2 * (STEP + ALGO)
+    for name, latency in (("hidden", 0.3 * STEP), ("exposed", 1.5 * STEP)):
+        # T = 2 alpha + bytes = 0.6 and 3 steps + bytes: within a round's window, and beyond it
+        t = ring_allreduce_time(TINY_BYTES, 2, latency, bw)
         row = run_virtual(tmp_path, f"overlap_{name}", "algorithm=overlap_local_sgd", "tau=2",
                           f"network.latency_s={latency}", f"network.bandwidth_gbps={bw}",
                           "eval_every=2")  # fmt: skip
-        per_round = max(0.0, t - 2 * STEP)
+        per_round = max(0.0, t - window)
         assert row["time/comm_exposed_s"] == pytest.approx((rounds - 1) * per_round + 2 * t)
-        if name == "hidden":
-            assert per_round == 0.0
-        assert row["time/comm_hidden_s"] == pytest.approx((rounds - 1) * min(t, 2 * STEP))
+        assert (per_round == 0.0) == (name == "hidden")
+        assert row["time/comm_hidden_s"] == pytest.approx((rounds - 1) * min(t, window))
 
     row = run_virtual(tmp_path, "ps", "algorithm=sync_sgd", "network.topology=ps",
                       "network.ps_servers=2", *net)  # fmt: skip
@@ -243,10 +269,57 @@ def test_virtual_time_is_deterministic_and_the_ledger_adds_up(tmp_path):
     assert a["time/compute_s"] != c["time/compute_s"]  # other straggler draws
     for row in (a, c):  # exactly, in virtual time (data loading is not modeled)
         assert row["time/data_s"] == 0.0
-        assert row["time/compute_s"] + row["time/comm_exposed_s"] == pytest.approx(
-            row["time/train_s"], rel=1e-12
-        )
+        parts = row["time/compute_s"] + row["time/algo_s"] + row["time/comm_exposed_s"]
+        assert parts == pytest.approx(row["time/train_s"], rel=1e-12)
         assert row["time/compute_s"] > STEPS * STEP  # some steps straggled
+        # a straggling step does its algorithm's work as slowly as its compute
+        assert row["time/algo_s"] / row["time/compute_s"] == pytest.approx(ALGO / STEP)
+
+
+def summary_of(root) -> dict:
+    (run_dir,) = [p for p in (root / "runs").iterdir() if p.is_dir()]
+    return json.loads((run_dir / "summary.json").read_text())
+
+
+def rows_of(root) -> list[dict]:
+    (run_dir,) = [p for p in (root / "runs").iterdir() if p.is_dir()]
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+@pytest.mark.e2e
+@pytest.mark.parametrize("algorithm", ["osp", "losp"])
+def test_a_measured_clock_is_recorded_and_a_rerun_that_pins_it_is_exact(tmp_path, algorithm):
+    """issue 14 item 9: `measured` compute times are measured once (calibration), recorded in
+    summary.json and the metrics, and a rerun with those values pinned gives the same virtual
+    times and the same trajectory, bit for bit; for OSP/LOSP, whose rounds are decided on the
+    clock (one slow worker: the fast one fits window steps)."""
+    common = ("dataset=synthetic", "scale=smoke", "wandb.mode=disabled", "timing=virtual",
+              f"algorithm={algorithm}", "tau=2", "compute.slowdown=one_slow", "compute.factor=3",
+              "network=ethernet1g", "network.latency_s=0.002")  # fmt: skip
+    first = run_py(*common, f"out_root={tmp_path / 'measured'}")
+    assert first.returncode == 0, first.stderr[-2000:]
+    summary = summary_of(tmp_path / "measured")
+    step, algo = summary["compute/step_time_s"], summary["compute/algo_time_s"]
+    assert step > 0 and algo > 0  # OSP/LOSP do work of their own in the hooks
+    assert summary["compute/measured_step_s"] == step  # measured, used as measured
+    assert summary["compute/measured_step_min_s"] <= step <= summary["compute/measured_step_max_s"]
+    assert summary["compute/calibration_steps"] == 10  # 5 whole rounds of tau = 2
+    rerun = run_py(*common, f"compute.step_time_s={step!r}", f"compute.algo_time_s={algo!r}",
+                   f"out_root={tmp_path / 'pinned'}")  # fmt: skip
+    assert rerun.returncode == 0, rerun.stderr[-2000:]
+    pinned = summary_of(tmp_path / "pinned")
+    assert pinned["compute/measured_step_s"] is None  # nothing measured the second time
+    measured_rows, pinned_rows = rows_of(tmp_path / "measured"), rows_of(tmp_path / "pinned")
+    assert len(measured_rows) == len(pinned_rows) == 2
+    for a, b in zip(measured_rows, pinned_rows, strict=True):
+        for key in a:
+            if key == "time/eval_s" or key.startswith("compute/"):
+                continue  # evaluation is real time; the calibration's raw measurements
+            assert a[key] == b[key], key
+        assert a["compute/step_time_s"] == b["compute/step_time_s"] == step
+    assert measured_rows[-1]["algo/window_steps"] > 0  # the clock decided the rounds
+    parts = sum(pinned[k] for k in ("time/compute_s", "time/algo_s", "time/comm_exposed_s"))
+    assert parts == pytest.approx(pinned["time/train_s"], rel=1e-12)
 
 
 @pytest.mark.e2e
@@ -256,10 +329,14 @@ def test_real_time_ledger_adds_up_within_2_percent(tmp_path):
                   f"out_root={tmp_path}")  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     row = final_row(tmp_path)
-    parts = row["time/compute_s"] + row["time/comm_exposed_s"] + row["time/data_s"]
+    parts = (
+        row["time/compute_s"] + row["time/algo_s"] + row["time/comm_exposed_s"] + row["time/data_s"]
+    )
     assert parts <= row["time/train_s"] * (1 + 1e-9)
     assert parts >= 0.98 * row["time/train_s"]
     assert row["time/compute_s"] >= STEPS * 0.01  # emulate_compute slept to the modeled time
+    assert row["time/algo_s"] > 0  # measured in the hooks: local SGD's averaging arithmetic
+    assert "compute/step_time_s" not in row  # the real clock has no calibration
 
 
 @pytest.mark.e2e
@@ -273,8 +350,8 @@ def test_emulated_overlap_hides_communication_that_local_sgd_exposes(tmp_path):
         "scale=smoke",
         "wandb.mode=disabled",
         "tau=2",
-        "epochs=1",
-        "eval_every=1",
+        "epochs=3",  # 20 steps an epoch
+        "eval_every=3",  # no drain before the end
         "emulate_network=true",
         "emulate_compute=true",
         "compute.step_time_s=0.05",
