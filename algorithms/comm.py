@@ -35,7 +35,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
+
+from algorithms.group import Group, as_group
 
 
 def flatten(tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
@@ -216,12 +217,10 @@ class _Collective:
             values = torch.tensor(_encode_clock(self.launch, parts), dtype=wire.dtype)
             self.tail[comm.rank * parts : (comm.rank + 1) * parts].copy_(values)
         if m > 1:
-            self.work = dist.all_reduce(wire, op=dist.ReduceOp.SUM, group=comm.group, async_op=True)
+            self.work = comm.group.all_reduce(wire, "sum", async_op=True)
             if clock.virtual and self.tail is None:
                 self.clocks = torch.tensor([self.launch], dtype=torch.float64, device=comm.device)
-                self.clock_work = dist.all_reduce(
-                    self.clocks, op=dist.ReduceOp.MAX, group=comm.group, async_op=True
-                )
+                self.clock_work = comm.group.all_reduce(self.clocks, "max", async_op=True)
             elif async_op:
                 self.work.get_future().add_done_callback(self._stamp)
         else:
@@ -385,15 +384,16 @@ class Comm:
     collectives (evaluation, metric reduction) that are not part of the algorithm: they are not
     in `comm/bytes`, take no modeled time and are not in the exposed time. `compression` is the
     wire format of the accounted averages (`Codec`; `comm.compression` in the config).
+    `group` is where the collectives go (algorithms/group.py): a `Group` (the worker threads of
+    `cluster=sim`), a torch.distributed process group, or None: this thread's default
+    (`group.use`), else torch.distributed's default group.
     """
 
-    def __init__(
-        self, group: dist.ProcessGroup | None = None, clock=None, compression: str = "none"
-    ):
+    def __init__(self, group: Group | None = None, clock=None, compression: str = "none"):
         self.codec = Codec(compression)
-        self.group = group
-        self.world_size = dist.get_world_size(group)
-        self.rank = dist.get_rank(group)
+        self.group = as_group(group)
+        self.world_size = self.group.world_size
+        self.rank = self.group.rank
         self.clock = clock if clock is not None else WallClock()
         self.ledger = Ledger()
         # Preallocated flat buffers (hot path: no model-sized allocation per sync), keyed by
@@ -437,7 +437,7 @@ class Comm:
             return _Collective(self, flat, async_op, wire, nbytes)
         if self.world_size == 1:
             return None
-        return dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group, async_op=async_op)
+        return self.group.all_reduce(flat, "sum", async_op=async_op)
 
     def _sum_blocking(self, tensors: list[torch.Tensor], account: bool) -> torch.Tensor:
         """One blocking SUM all-reduce of `tensors` as one flat buffer; returns the buffer (a
@@ -498,7 +498,7 @@ class Comm:
             by_dtype.setdefault(t.dtype, []).append(t)
         for group in by_dtype.values():
             flat = flatten(group)
-            dist.broadcast(flat, src=src, group=self.group)
+            self.group.broadcast(flat, src)
             copy_into_(group, flat)
 
     def sum_scalars(self, values: Sequence[float], *, op: str = "sum") -> list[float]:
@@ -506,17 +506,10 @@ class Comm:
         (bookkeeping: never accounted)."""
         flat = torch.tensor(list(values), dtype=torch.float64, device=self.device)
         if self.world_size > 1:
-            reduce_op = {
-                "sum": dist.ReduceOp.SUM,
-                "min": dist.ReduceOp.MIN,
-                "max": dist.ReduceOp.MAX,
-            }
-            dist.all_reduce(flat, op=reduce_op[op], group=self.group)
+            self.group.all_reduce(flat, op)
         return flat.tolist()
 
     @property
     def device(self) -> torch.device:
-        backend = dist.get_backend(self.group)
-        if backend == "nccl":
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
+        """Where the bookkeeping tensors go: the group's device (CUDA for NCCL)."""
+        return self.group.device

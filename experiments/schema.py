@@ -152,7 +152,7 @@ class Config:
     partition: Any = MISSING  # group: iid | noniid | dirichlet
     algorithm: Any = MISSING  # group: one per algorithm (algorithms.REGISTRY)
     network: Any = MISSING  # group: ideal | ethernet40g | ethernet10g | ethernet1g | wan
-    cluster: Any = MISSING  # group: local | slurm
+    cluster: Any = MISSING  # group: local | sim (threads of one process) | slurm
 
     # W&B group and the name analysis groups runs by; presets set it.
     experiment_name: str = MISSING
@@ -271,6 +271,16 @@ class Cluster:
     # auto = nccl with one GPU per worker when enough GPUs are present, else gloo.
     backend: Backend = MISSING
     checkpoint_every: int = MISSING  # the default of the top-level checkpoint_every
+    # The workers as threads of one process talking through an in-process reducer
+    # (experiments/sim.py; needs timing=virtual): cluster=sim, or one SLURM task per run.
+    in_process: bool = False
+
+
+@dataclass
+class SimCluster(Cluster):
+    # Where the workers' models live: auto (the first GPU if there is one, else cpu) | cpu |
+    # cuda | cuda:N. Every worker on this one device.
+    device: str = MISSING
 
 
 @dataclass
@@ -297,7 +307,7 @@ GROUP_SCHEMAS: dict[str, dict[str, type]] = {
     "model": {"resnet18": Model, "tiny_cnn": Model},
     "partition": {"iid": Partition, "noniid": NonIID, "dirichlet": Dirichlet},
     "network": {n: Network for n in ("ideal", "ethernet40g", "ethernet10g", "ethernet1g", "wan")},
-    "cluster": {"local": Cluster, "slurm": SlurmCluster},
+    "cluster": {"local": Cluster, "sim": SimCluster, "slurm": SlurmCluster},
 }
 
 
