@@ -34,8 +34,9 @@ the run at once, as a second Ctrl-C always does). The workers agree on one step 
   steps: the poll launched at step s is read at step s + poll_steps, so no worker waits for a
   slower one beyond what the algorithm already does. OSP/LOSP stop at the next evaluation point.
 The control group is a separate gloo group (with `cluster=sim`, a second in-process group:
-algorithms/group.py), so its collectives are never matched against the algorithm's (written by hand: torch.distributed has no preemption support; submitit's own
-handler checkpoints from rank 0 only, ecosystem.md sec. 2).
+algorithms/group.py), so its collectives are never matched against the algorithm's (written
+by hand: torch.distributed has no preemption support; submitit's own handler checkpoints from
+rank 0 only, ecosystem.md sec. 2).
 """
 
 from __future__ import annotations

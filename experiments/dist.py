@@ -198,8 +198,17 @@ CONTROL_TIMEOUT_S = 600.0  # the control group's collectives (set-up barrier, ch
 GRACE_S = 3.0  # after a worker failed: the others' time to stop alone, then SIGTERM, then SIGKILL
 
 
+def _entry(rank: int, nprocs: int, environ: dict[str, str], fn: Callable, *args) -> None:
+    """A started worker: the launcher's environment as of the start (the forkserver's is that
+    of its own start), then `fn`."""
+    os.environ.clear()
+    os.environ.update(environ)
+    fn(rank, nprocs, *args)
+
+
 def spawn(fn: Callable, nprocs: int, args: tuple) -> bool:
-    """Run `fn(rank, nprocs, *args)` in `nprocs` fresh processes on this machine.
+    """Run `fn(rank, nprocs, *args)` in `nprocs` new processes on this machine, forked from a
+    forkserver with torch and the suite imported (experiments/startup.py).
 
     `torch.multiprocessing` joins them and, when one fails, terminates the others and raises
     (`ProcessRaisedException` / `ProcessExitedException`). The workers run in their own process
@@ -208,8 +217,15 @@ def spawn(fn: Callable, nprocs: int, args: tuple) -> bool:
     """
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(free_port())
+    from experiments import startup
+
+    startup.context()  # the forkserver's preload
     context = mp.start_processes(
-        fn, args=(nprocs, *args), nprocs=nprocs, join=False, start_method="spawn"
+        _entry,
+        args=(nprocs, dict(os.environ), fn, *args),
+        nprocs=nprocs,
+        join=False,
+        start_method="forkserver",
     )
 
     def forward(signum, frame) -> None:

@@ -33,6 +33,7 @@ from omegaconf import DictConfig, OmegaConf
 import algorithms
 from experiments import checkpoint as ckpt
 from experiments import dist as d
+from experiments import startup
 from experiments.checkpoint import Stopper
 from experiments.clock import make_clock
 from experiments.errors import Cancelled, Interrupted, UserError, WorkerFailed
@@ -252,6 +253,8 @@ def _run(
     ident: str,
     hydra_files: dict[str, str],
 ) -> str:
+    if worker is None and not plain["cluster"].get("in_process"):
+        startup.warm()  # the worker processes' forkserver imports torch while we go on
     validate(plain)
     if worker is not None:
         d.check_rendezvous_port(worker)
@@ -363,6 +366,7 @@ def worker_main(
     """Entry point of one worker process; returns the run's status as this worker saw it."""
     if worker is None:  # spawned by run.py on this machine
         d.become_spawned_worker()
+        startup.defer_dynamo()
         worker = d.Worker(rank, world_size, rank, world_size, external=False)
         os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world_size)
     # Stop requests are caught from the start; the workers agree on them in the loop.

@@ -99,7 +99,9 @@ def run(cfg: dict[str, Any], run_dir: Path, bundle) -> bool:
     from experiments.checkpoint import Stopper
     from experiments.dist import CONTROL_TIMEOUT_S, Worker
     from experiments.runner import train_worker
+    from experiments.startup import defer_dynamo
 
+    defer_dynamo()  # no torch._dynamo import on the optimizer path (experiments/startup.py)
     m = cfg["workers"]
     device = device_of(cfg)
     timeout = float(cfg["dist_timeout_s"])
