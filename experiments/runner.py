@@ -397,6 +397,7 @@ def worker_main(
     except Exception:
         # A spawned worker's traceback goes to run.py, which reports the worker that failed
         # first (the others then fail for want of it); under torchrun/srun each one says.
+        d.note_failure(worker.rank)
         if worker.external:
             print(f"rank {worker.rank}: {traceback.format_exc()}", file=sys.stderr, flush=True)
         raise
