@@ -95,11 +95,17 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_command(cmd: Sequence[str], *, timeout: float, watch: Path | None = None):
+def run_command(
+    cmd: Sequence[str],
+    *,
+    timeout: float,
+    watch: Path | None = None,
+    env: dict[str, str] | None = None,
+):
     """Run `cmd` from the repository root; fail loudly with its output tail.
 
     watch: a folder whose `runs/*/metrics.jsonl` files are polled while the command runs;
-    returns {metrics path: [time each new line was seen]}.
+    returns {metrics path: [time each new line was seen]}. env: extra environment variables.
     """
     seen: dict[Path, list[float]] = {}
     sizes: dict[Path, int] = {}
@@ -107,7 +113,12 @@ def run_command(cmd: Sequence[str], *, timeout: float, watch: Path | None = None
     next_glob = 0.0
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(
-            list(cmd), cwd=REPO, env=child_env(), stdout=log, stderr=subprocess.STDOUT, text=True
+            list(cmd),
+            cwd=REPO,
+            env={**child_env(), **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         deadline = time.perf_counter() + timeout
         while proc.poll() is None:

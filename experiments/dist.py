@@ -239,15 +239,17 @@ def spawn(fn: Callable, nprocs: int, args: tuple) -> bool:
     os.environ["MASTER_PORT"] = str(free_port())
     from experiments import startup
 
+    method = startup.start_method()
     # Which worker failed first: when a worker fails, its peers' collectives fail at once too,
     # and the forkserver may report both exits in the same poll.
-    failures = startup.context().SimpleQueue()
+    failures = startup.context() if method == "forkserver" else mp.get_context(method)
+    failures = failures.SimpleQueue()
     context = mp.start_processes(
         _entry,
         args=(nprocs, dict(os.environ), failures, fn, *args),
         nprocs=nprocs,
         join=False,
-        start_method="forkserver",
+        start_method=method,
     )
 
     def forward(signum, frame) -> None:

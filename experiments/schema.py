@@ -135,7 +135,11 @@ class Comm:
 class Scale:
     name: str = MISSING  # smoke | cpu | paper: the run size the other keys were set by
     target_acc: float = MISSING  # time-to-accuracy target of the presets' tables
-    # Dominant-class share of the non-IID presets that this scale's workers and data allow.
+    # Workers of the Overlap-Local-SGD paper's tables and figure 5 (table1, table2, fig5): the
+    # paper's 16 where the scale can afford them.
+    table_workers: int = MISSING
+    # Dominant-class share of the non-IID presets (at table_workers workers) that this scale's
+    # data allow.
     noniid_fraction: float = MISSING
     step_time_s: float = MISSING  # modeled step time of the presets that use the virtual clock
 

@@ -52,6 +52,15 @@ PRELOAD = [
 ]
 
 
+def start_method() -> str:
+    """How run.py starts worker processes: `forkserver`, or what `COMMSGD_START_METHOD` says
+    (`spawn`: a fresh interpreter per worker, as before; for the benchmarks' comparison)."""
+    method = os.environ.get("COMMSGD_START_METHOD", "forkserver")
+    if method not in ("forkserver", "spawn"):
+        raise ValueError(f"COMMSGD_START_METHOD must be forkserver or spawn, got {method!r}")
+    return method
+
+
 def context() -> multiprocessing.context.BaseContext:
     """The multiprocessing context worker processes are started with: a forkserver with
     `PRELOAD` imported (module doc)."""
@@ -64,6 +73,8 @@ def warm() -> None:
     """Start the forkserver now, so that it imports `PRELOAD` while this process goes on."""
     from multiprocessing import forkserver
 
+    if start_method() != "forkserver":
+        return
     context()
     forkserver.ensure_running()
 
@@ -75,6 +86,8 @@ def starts_processes(argv: list[str]) -> bool:
     workers, not when the jobs go to SLURM."""
     env = os.environ
     if "RANK" in env or int(env.get("SLURM_NTASKS", "1") or 1) > 1:
+        return False
+    if env.get("COMMSGD_START_METHOD", "forkserver") != "forkserver":
         return False
     elsewhere = ("cluster=sim", "cluster=slurm", "cluster.in_process=true")
     return not any(arg.replace(" ", "").lower() in elsewhere for arg in argv)
