@@ -174,13 +174,9 @@ def suite(
     for attempt in (1, 2):
         out_root = Path(tempfile.mkdtemp(prefix="bench-"))
         cmd = [sys.executable, "run.py", *(["-m"] if multirun else []), *QUIET, *overrides]
-        # Short run directories: the suite names them after the overrides, and a benchmark's
-        # overrides exceed the file-name limit of 255 bytes (OSError: File name too long).
+        # Run directories are named by the runs' configs (`<readable>-<digest>`, short), the
+        # sweep's points one each.
         cmd.append(f"out_root={out_root}")
-        if multirun:
-            cmd.append("hydra.sweep.subdir=${hydra.job.num}")
-        else:
-            cmd.append(f"hydra.run.dir={out_root}/runs/0")
         try:
             seen = run_command(cmd, timeout=timeout, watch=out_root if watch else None)
             break

@@ -11,11 +11,12 @@ What a worker's file holds (experiments/loop.py builds it): the model (parameter
 buffers), the local optimizer (momentum), the algorithm's whole state (algorithms/base.py: anchors,
 centres, error-feedback memories, PowerSGD factors, stale snapshots, counters, metric sums, and
 the collectives in flight as snapshots), the worker's RNG streams (torch CPU and CUDA, and the
-data loader's generator as of the start of the epoch, plus the batches already taken in it),
+data sampler's generator as of the start of the epoch, plus the batches already taken in it),
 the clock (virtual time), the ledger and the loop's accounts. Restored, the run continues on the
 same trajectory: on CPU its metrics equal those of the uninterrupted run (tests/test_resume.py).
-Not exact: data-loader worker processes (`dataset.num_workers` > 0) restart their augmentation
-streams when a run resumes mid-epoch; real-clock times are measured, not restored.
+The data order and augmentation of an epoch come from the sampler's generator as of the epoch's
+start (experiments/data.py), so a resume mid-epoch is exact with data-loader worker processes
+too. Not exact: real-clock times are measured, not restored.
 
 Writing (`save`): every worker writes its file atomically (temporary name, then rename), the
 workers exchange the files' digests on the control group, then rank 0 replaces `latest.json`
