@@ -8,7 +8,7 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 STAMP := $(VENV)/.installed
 SCALE ?= cpu
-CLUSTER ?= local
+CLUSTER ?= local  # local (worker processes) | sim (threads of one process) | slurm
 OUT ?= outputs
 RESULTS ?= results
 # A preset's sweep (its missing points; every point runs, failures listed at the end), then its
@@ -57,8 +57,16 @@ fmt: $(STAMP) ## Format the code with ruff
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
+# The demo's one real multi-process point (then every point with its workers in one process).
+DEMO_REAL = algorithm=overlap_local_sgd seed=0
+
 demo: $(STAMP) ## Every algorithm, briefly, 3 seeds, digits, 4 workers; writes $(RESULTS)/demo/$(SCALE)
-	$(SWEEP) demo
+	@# one point with real worker processes; the sweep finds it finished (same run, same record)
+	$(PY) run.py experiment=demo scale=$(SCALE) cluster=local $(DEMO_REAL) progress=false \
+		out_root=$(OUT)/demo
+	@# the comparison, every worker a thread of one process (cluster=sim)
+	$(PY) -m experiments.sweep demo --scale $(SCALE) --cluster sim --out-root $(OUT) \
+		--results $(RESULTS)
 
 table1: $(STAMP) ## Overlap-Local-SGD Table 1 (IID): run missing points, write $(RESULTS)/table1/$(SCALE)
 	$(SWEEP) table1

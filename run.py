@@ -90,6 +90,10 @@ def cli() -> None:
     from experiments.preflight import describe
 
     os.environ["HYDRA_FULL_ERROR"] = "1"
+    from experiments import startup
+
+    if startup.starts_processes(sys.argv[1:]):
+        startup.warm()  # the workers' forkserver imports torch while Hydra composes the config
     try:
         main()
     except (UserError, HydraException, OmegaConfBaseException) as e:

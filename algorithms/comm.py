@@ -41,7 +41,8 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-import torch.distributed as dist
+
+from algorithms.group import Group, as_group
 
 
 def flatten(tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None) -> torch.Tensor:
@@ -239,12 +240,10 @@ class _Collective:
             values = torch.tensor(_encode_clock(self.launch, parts), dtype=wire.dtype)
             self.tail[comm.rank * parts : (comm.rank + 1) * parts].copy_(values)
         if m > 1:
-            self.work = dist.all_reduce(wire, op=dist.ReduceOp.SUM, group=comm.group, async_op=True)
+            self.work = comm.group.all_reduce(wire, "sum", async_op=True)
             if clock.virtual and self.tail is None:
                 self.clocks = torch.tensor([self.launch], dtype=torch.float64, device=comm.device)
-                self.clock_work = dist.all_reduce(
-                    self.clocks, op=dist.ReduceOp.MAX, group=comm.group, async_op=True
-                )
+                self.clock_work = comm.group.all_reduce(self.clocks, "max", async_op=True)
             elif async_op:
                 self.work.get_future().add_done_callback(self._stamp)
         else:
@@ -412,11 +411,14 @@ class Comm:
     collectives (evaluation, metric reduction) that are not part of the algorithm: they are not
     in `comm/bytes`, take no modeled time and are not in the exposed time. `compression` is the
     wire format of the accounted averages (`Codec`; `comm.compression` in the config).
+    `group` is where the collectives go (algorithms/group.py): a `Group` (the worker threads of
+    `cluster=sim`), a torch.distributed process group, or None: this thread's default
+    (`group.use`), else torch.distributed's default group.
     """
 
     def __init__(
         self,
-        group: dist.ProcessGroup | None = None,
+        group: Group | None = None,
         clock=None,
         compression: str = "none",
         timer: Callable[[], float] | None = None,
@@ -424,9 +426,9 @@ class Comm:
         self.codec = Codec(compression)
         self.timer = timer if timer is not None else time.perf_counter
         self._depth = 0  # calls in progress (nested calls are timed once)
-        self.group = group
-        self.world_size = dist.get_world_size(group)
-        self.rank = dist.get_rank(group)
+        self.group = as_group(group)
+        self.world_size = self.group.world_size
+        self.rank = self.group.rank
         self.clock = clock if clock is not None else WallClock()
         self.ledger = Ledger()
         # Preallocated flat buffers (hot path: no model-sized allocation per sync), keyed by
@@ -486,7 +488,7 @@ class Comm:
             return _Collective(self, flat, async_op, wire, nbytes)
         if self.world_size == 1:
             return None
-        return dist.all_reduce(flat, op=dist.ReduceOp.SUM, group=self.group, async_op=async_op)
+        return self.group.all_reduce(flat, "sum", async_op=async_op)
 
     def _sum_blocking(self, tensors: list[torch.Tensor], account: bool) -> torch.Tensor:
         """One blocking SUM all-reduce of `tensors` as one flat buffer; returns the buffer (a
@@ -551,7 +553,7 @@ class Comm:
             by_dtype.setdefault(t.dtype, []).append(t)
         for group in by_dtype.values():
             flat = flatten(group)
-            dist.broadcast(flat, src=src, group=self.group)
+            self.group.broadcast(flat, src)
             copy_into_(group, flat)
 
     @_timed
@@ -560,17 +562,10 @@ class Comm:
         (bookkeeping: never accounted)."""
         flat = torch.tensor(list(values), dtype=torch.float64, device=self.device)
         if self.world_size > 1:
-            reduce_op = {
-                "sum": dist.ReduceOp.SUM,
-                "min": dist.ReduceOp.MIN,
-                "max": dist.ReduceOp.MAX,
-            }
-            dist.all_reduce(flat, op=reduce_op[op], group=self.group)
+            self.group.all_reduce(flat, op)
         return flat.tolist()
 
     @property
     def device(self) -> torch.device:
-        backend = dist.get_backend(self.group)
-        if backend == "nccl":
-            return torch.device("cuda", torch.cuda.current_device())
-        return torch.device("cpu")
+        """Where the bookkeeping tensors go: the group's device (CUDA for NCCL)."""
+        return self.group.device

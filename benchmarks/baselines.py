@@ -43,6 +43,8 @@ def compose(overrides: list[str]) -> dict:
     from hydra import initialize_config_dir
     from omegaconf import OmegaConf
 
+    import experiments  # noqa: F401 - the config's schema and resolvers
+
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = hydra_compose(config_name="config", overrides=overrides)
     return OmegaConf.to_container(cfg, resolve=True)

@@ -7,6 +7,8 @@ measured side by side in this invocation) and the notes that explain them.
     memory    peak memory per worker vs plain training; model-sized copies held
     clock     timing=virtual vs timing=real, wall-clock per step
     scaling   steps per second with 1, 2, 4 and 8 workers on this machine
+    sim       workers in one process (cluster=sim): fixed cost of a run, throughput vs one model
+    workflows `make demo` and `make table1 SCALE=cpu CLUSTER=sim`, end to end
 """
 
 from __future__ import annotations
@@ -37,6 +39,7 @@ class Figure:
     target: str = ""  # e.g. "<= 1.02"; empty: reported, no target
     limit: float | None = None  # the number in `target`
     exact: bool = False  # the target is equality (closed forms), within 1e-9
+    at_least: bool = False  # the target is a lower bound (">= limit"), else an upper one
 
     @property
     def verdict(self) -> str:
@@ -44,6 +47,8 @@ class Figure:
             return "-"
         if self.exact:
             return "met" if abs(self.value - self.limit) <= 1e-9 else "MISSED"
+        if self.at_least:
+            return "met" if self.value >= self.limit else "MISSED"
         return "met" if self.value <= self.limit else "MISSED"
 
 
@@ -827,6 +832,287 @@ def scaling(s: Settings, ctx: Context) -> Section:
     return sec
 
 
+# ---------------------------------------------------------------------------------------------
+# 7. workers in one process
+
+
+#: A run that is all fixed cost: 2 workers, 1 step each, one evaluation on 64 samples.
+TINY_RUN = [
+    "scale=smoke",
+    "dataset=synthetic",
+    "dataset.num_train=64",
+    "dataset.num_test=64",
+    "epochs=1",
+    "timing=virtual",
+    "compute.step_time_s=0.01",
+]
+#: How worker processes were started before issue 16 (experiments/startup.py): a fresh
+#: interpreter per worker, torch._dynamo imported by the first optimizer step.
+BEFORE = {"COMMSGD_START_METHOD": "spawn", "COMMSGD_EAGER_DYNAMO": "0"}
+
+
+def _wall_of_run(overrides: list[str], env: dict | None = None) -> float:
+    """Seconds from starting `python run.py OVERRIDES` to its exit (a fresh out_root)."""
+    import sys
+    import tempfile
+    import time
+
+    with tempfile.TemporaryDirectory(prefix="bench-start-") as out:
+        cmd = [sys.executable, "run.py", *h.QUIET, *overrides, f"out_root={out}"]
+        t0 = time.perf_counter()
+        h.run_command(cmd, timeout=600, env=env)
+        return time.perf_counter() - t0
+
+
+def sim(s: Settings, ctx: Context) -> Section:
+    sec = Section(
+        "sim",
+        "7. Workers in one process",
+        "Fixed cost of a run: seconds from starting `python run.py` to its exit, for a run "
+        "that is nothing but fixed cost (smoke scale, 2 workers, one step each, one evaluation "
+        "of 64 samples, W&B off): `cluster=sim` (threads of one process), `cluster=local` "
+        "(worker processes forked from a forkserver with torch and the suite preloaded, "
+        "torch._dynamo kept out of the optimizer path: experiments/startup.py) and the same "
+        "processes started as before issue 16 (`COMMSGD_START_METHOD=spawn "
+        "COMMSGD_EAGER_DYNAMO=0`: a fresh interpreter per worker), interleaved, medians. "
+        "Throughput: m workers of the cpu-scale model (ResNet-18 width 8, batch 32 each, "
+        "synthetic 1x8x8 data, local_sgd without syncs) with `cluster=sim`, against one worker "
+        "training the global batch of m x 32 as one model (`cluster=sim workers=1`: the same "
+        "process, all cores for its intra-op threads); samples per second from the wall-clock "
+        "between metrics rows watched from outside (the virtual clock's times are modeled), "
+        "epoch 1 left out, interleaved, ratio of medians. Mechanisms: the same step measured "
+        "in one process for one model, the m replicas one after the other, in m threads, and "
+        "batched with vmap (`benchmarks/sim.py`, the numbers behind experiments/sim.py's "
+        "design note).",
+        ["figure", "workload", "measured", "contrast", "ratio", "per rep", "target"],
+    )
+    reps = 1 if s.quick else 3
+    walls: dict[str, list[float]] = {"sim": [], "local": [], "before": []}
+    for _ in range(reps):
+        if not s.quick:  # quick mode: the two ways of today only
+            walls["before"].append(_wall_of_run([*TINY_RUN, "cluster=local"], BEFORE))
+        walls["local"].append(_wall_of_run([*TINY_RUN, "cluster=local"]))
+        walls["sim"].append(_wall_of_run([*TINY_RUN, "cluster=sim"]))
+    before = h.median(walls["before"] or walls["local"])
+    for key, label, target, limit in (
+        ("sim", "fixed cost of a run, in-process (s)", "<= 2", 2.0),
+        ("local", "fixed cost of a run, multi-process (s)", "<= 5", 5.0),
+    ):
+        value = h.median(walls[key])
+        sec.rows.append(
+            [
+                label,
+                "smoke, 2 workers, 1 step",
+                f"{value:.2f} s",
+                f"{before:.2f} s before",
+                _fmt_ratio(value / before),
+                ", ".join(f"{w:.2f}" for w in walls[key]),
+                target,
+            ]
+        )
+        sec.figures.append(Figure(label, value, target, limit))
+        sec.figures.append(Figure(f"{label.split(' (')[0]} / before issue 16", value / before))
+
+    sizes = [2] if s.quick else [4, 16]
+    for m in sizes:
+        ratio, per_rep, sim_sps, one_sps = _throughput(s, m)
+        target, limit = {4: (">= 0.8", 0.8), 16: (">= 0.6", 0.6)}.get(m, ("", None))
+        name = f"throughput, {m} workers in one process / one model on the global batch"
+        sec.rows.append(
+            [
+                name,
+                f"resnet18 width {8 if not s.quick else 'tiny'}, batch 32 x {m}",
+                f"{sim_sps:.0f} samples/s",
+                f"{one_sps:.0f} samples/s",
+                _fmt_ratio(ratio),
+                ", ".join(_fmt_ratio(x) for x in per_rep),
+                target,
+            ]
+        )
+        sec.figures.append(Figure(name, ratio, target, limit, at_least=True))
+    if s.device == "cpu":
+        from benchmarks import sim as mech
+
+        for m in sizes:
+            r = mech.measure(m, width=8, batch=32, reps=2 if s.quick else 10)
+            sec.rows.append(
+                [
+                    f"mechanisms, {m} replicas (prototype)",
+                    "resnet18 width 8, batch 32 each",
+                    ", ".join(f"{k} {v:.1f} ms" for k, v in r["ms"].items()),
+                    "",
+                    ", ".join(f"{k} {v:.2f}" for k, v in r["ratio"].items() if k != "one"),
+                    "",
+                    "",
+                ]
+            )
+            for side in ("threads", "vmap"):
+                label = f"mechanisms, {m} replicas: {side} / one model"
+                sec.figures.append(Figure(label, r["ratio"][side]))
+        sec.rows.append(
+            [
+                "GPU: 16 workers of ResNet-18 width 64 (batch 128 each) in one process / one "
+                "model on batch 16 x 128; a paper-scale table1 epoch",
+                "--device cuda",
+                "pending",
+                "",
+                "",
+                "",
+                ">= 0.6; < 60 s",
+            ]
+        )
+        sec.notes.append(
+            "GPU rows: pending here (no GPU). `python -m benchmarks --device cuda --only sim` "
+            "measures them: the throughput of 16 workers of the paper-scale ResNet-18 (width "
+            "64, batch 128 each, 3x32x32 synthetic data) in one process on one GPU against one "
+            "model on batch 2048, and the wall-clock of one epoch of table1 at the paper scale "
+            "(16 workers, 50,000 CIFAR-sized synthetic samples, overlap_local_sgd, tau = 2)."
+        )
+    else:
+        ratio, per_rep, sim_sps, one_sps = _throughput(s, 16)
+        name = "GPU: 16 workers in one process / one model on the global batch"
+        sec.rows.append(
+            [
+                name,
+                "resnet18 width 64, batch 128 x 16, one GPU",
+                f"{sim_sps:.0f} samples/s",
+                f"{one_sps:.0f} samples/s",
+                _fmt_ratio(ratio),
+                ", ".join(_fmt_ratio(x) for x in per_rep),
+                ">= 0.6",
+            ]
+        )
+        sec.figures.append(Figure(name, ratio, ">= 0.6", 0.6, at_least=True))
+        epoch_s = _paper_epoch_s(s)
+        sec.rows.append(
+            [
+                "GPU: one epoch of table1 at the paper scale (s)",
+                "16 workers, 50,000 samples, overlap_local_sgd tau=2",
+                f"{epoch_s:.1f} s",
+                "",
+                "",
+                "",
+                "< 60",
+            ]
+        )
+        sec.figures.append(Figure("GPU: paper-scale table1 epoch (s)", epoch_s, "< 60", 60.0))
+    return sec
+
+
+def _throughput(s: Settings, m: int) -> tuple[float, list[float], float, float]:
+    """(median ratio of samples/s, per-rep ratios, samples/s in-process, of one model) for m
+    workers in one process against one model on the global batch (see `sim`)."""
+    steps_per_epoch = 2 if s.quick else 12
+    if s.device == "cuda":
+        batch, model = 128, ["model=resnet18", "model.width=64"]
+        data = ["dataset=synthetic", "dataset.channels=3", "dataset.image_size=32"]
+        cluster = ["cluster=sim", "cluster.device=cuda"]
+    else:
+        batch = 32
+        model = ["model=tiny_cnn"] if s.quick else ["model=resnet18", "model.width=8"]
+        data = ["dataset=synthetic", "dataset.channels=1", "dataset.image_size=8"]
+        cluster = ["cluster=sim"]
+    common = [
+        *cluster,
+        *data,
+        *model,
+        f"dataset.num_train={m * batch * steps_per_epoch}",
+        "dataset.num_test=64",
+        "algorithm=local_sgd",
+        "tau=100000",  # no sync: the compute of m replicas against one model's
+        f"epochs={2 if s.quick else 4}",
+        "eval_every=1",
+        "timing=virtual",
+        "compute.step_time_s=0.01",
+    ]
+    ratios, sim_sps, one_sps = [], [], []
+    for _ in range(1 if s.quick else s.reps):
+        (many,) = h.suite([*common, f"workers={m}", f"batch_size={batch}"], watch=True)
+        (one,) = h.suite([*common, "workers=1", f"batch_size={m * batch}"], watch=True)
+        a = m * batch / h.median(many.epoch_wall_step_s())
+        b = m * batch / h.median(one.epoch_wall_step_s())
+        sim_sps.append(a)
+        one_sps.append(b)
+        ratios.append(a / b)
+    return h.median(sim_sps) / h.median(one_sps), ratios, h.median(sim_sps), h.median(one_sps)
+
+
+def _paper_epoch_s(s: Settings) -> float:
+    """Wall-clock seconds of one epoch of table1 at the paper scale, in one process on the GPU
+    (CIFAR-sized synthetic data: the GPU machine may not hold CIFAR-10)."""
+    (run,) = h.suite(
+        [
+            "experiment=table1",
+            "scale=paper",
+            "cluster=sim",
+            "cluster.device=cuda",
+            "dataset=synthetic",
+            "dataset.channels=3",
+            "dataset.image_size=32",
+            "dataset.num_train=50000",
+            "dataset.num_test=10000",
+            "algorithm=overlap_local_sgd",
+            "tau=2",
+            "epochs=3",
+            "eval_every=1",
+        ],
+        watch=True,
+    )
+    steps = h.median(run.epoch_wall_step_s())  # seconds per step, epochs 2 and 3
+    return steps * (run.rows[1]["step"] - run.rows[0]["step"])
+
+
+# ---------------------------------------------------------------------------------------------
+# 8. workflows
+
+
+def workflows(s: Settings, ctx: Context) -> Section:
+    sec = Section(
+        "workflows",
+        "8. The demo and a table, end to end",
+        "Wall-clock of the commands a user types, after set-up, into a temporary OUT and "
+        "RESULTS: `make demo` (one real multi-process run, then the comparison with its workers "
+        "in one process) and `make table1 SCALE=cpu CLUSTER=sim` (the 60 runs of Table 1 at 16 "
+        "workers, then the report). In quick mode a reduced version of each (not a "
+        "measurement).",
+        ["command", "measured", "target"],
+    )
+    import shutil
+    import sys
+    import tempfile
+    import time
+
+    make = shutil.which("make")
+    commands = [
+        ("make demo (s)", ["demo"], "<= 60", 60.0),
+        ("make table1 SCALE=cpu CLUSTER=sim (s)", ["table1", "SCALE=cpu", "CLUSTER=sim"],
+         "<= 300", 300.0),
+    ]  # fmt: skip
+    for name, args, target, limit in commands[:1] if s.quick else commands:
+        with tempfile.TemporaryDirectory(prefix="bench-make-") as tmp:
+            # STAMP= : the set-up is done (the running interpreter is the suite's)
+            cmd = [make, "-s", *args, "STAMP=", f"PY={sys.executable}", f"OUT={tmp}/out",
+                   f"RESULTS={tmp}/results"]  # fmt: skip
+            if s.quick:
+                cmd = _quick_workflow(args[0], tmp)
+            t0 = time.perf_counter()
+            h.run_command(cmd, timeout=3600)
+            wall = time.perf_counter() - t0
+        sec.rows.append([("quick: " if s.quick else "") + name, f"{wall:.0f} s", target])
+        sec.figures.append(Figure(name, wall, target, limit))
+    return sec
+
+
+def _quick_workflow(what: str, tmp: str) -> list[str]:
+    """A few runs of the same commands' path (quick mode)."""
+    import sys
+
+    preset = "demo" if what == "demo" else "table1"
+    return [sys.executable, "-m", "experiments.sweep", preset, "--scale", "smoke", "--cluster",
+            "sim", "--out-root", f"{tmp}/out", "--results", f"{tmp}/results", "seed=0",
+            "algorithm=overlap_local_sgd", "tau=2", "epochs=1"]  # fmt: skip
+
+
 FAMILIES: dict[str, Callable[[Settings, Context], Section]] = {
     "overhead": overhead,
     "overlap": overlap,
@@ -834,6 +1120,8 @@ FAMILIES: dict[str, Callable[[Settings, Context], Section]] = {
     "memory": memory,
     "clock": clock,
     "scaling": scaling,
+    "sim": sim,
+    "workflows": workflows,
 }
 
 

@@ -95,11 +95,17 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_command(cmd: Sequence[str], *, timeout: float, watch: Path | None = None):
+def run_command(
+    cmd: Sequence[str],
+    *,
+    timeout: float,
+    watch: Path | None = None,
+    env: dict[str, str] | None = None,
+):
     """Run `cmd` from the repository root; fail loudly with its output tail.
 
     watch: a folder whose `runs/*/metrics.jsonl` files are polled while the command runs;
-    returns {metrics path: [time each new line was seen]}.
+    returns {metrics path: [time each new line was seen]}. env: extra environment variables.
     """
     seen: dict[Path, list[float]] = {}
     sizes: dict[Path, int] = {}
@@ -107,7 +113,12 @@ def run_command(cmd: Sequence[str], *, timeout: float, watch: Path | None = None
     next_glob = 0.0
     with tempfile.TemporaryFile("w+") as log:
         proc = subprocess.Popen(
-            list(cmd), cwd=REPO, env=child_env(), stdout=log, stderr=subprocess.STDOUT, text=True
+            list(cmd),
+            cwd=REPO,
+            env={**child_env(), **(env or {})},
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            text=True,
         )
         deadline = time.perf_counter() + timeout
         while proc.poll() is None:
@@ -163,13 +174,9 @@ def suite(
     for attempt in (1, 2):
         out_root = Path(tempfile.mkdtemp(prefix="bench-"))
         cmd = [sys.executable, "run.py", *(["-m"] if multirun else []), *QUIET, *overrides]
-        # Short run directories: the suite names them after the overrides, and a benchmark's
-        # overrides exceed the file-name limit of 255 bytes (OSError: File name too long).
+        # Run directories are named by the runs' configs (`<readable>-<digest>`, short), the
+        # sweep's points one each.
         cmd.append(f"out_root={out_root}")
-        if multirun:
-            cmd.append("hydra.sweep.subdir=${hydra.job.num}")
-        else:
-            cmd.append(f"hydra.run.dir={out_root}/runs/0")
         try:
             seen = run_command(cmd, timeout=timeout, watch=out_root if watch else None)
             break

@@ -11,11 +11,12 @@ What a worker's file holds (experiments/loop.py builds it): the model (parameter
 buffers), the local optimizer (momentum), the algorithm's whole state (algorithms/base.py: anchors,
 centres, error-feedback memories, PowerSGD factors, stale snapshots, counters, metric sums, and
 the collectives in flight as snapshots), the worker's RNG streams (torch CPU and CUDA, and the
-data loader's generator as of the start of the epoch, plus the batches already taken in it),
+data sampler's generator as of the start of the epoch, plus the batches already taken in it),
 the clock (virtual time), the ledger and the loop's accounts. Restored, the run continues on the
 same trajectory: on CPU its metrics equal those of the uninterrupted run (tests/test_resume.py).
-Not exact: data-loader worker processes (`dataset.num_workers` > 0) restart their augmentation
-streams when a run resumes mid-epoch; real-clock times are measured, not restored.
+The data order and augmentation of an epoch come from the sampler's generator as of the epoch's
+start (experiments/data.py), so a resume mid-epoch is exact with data-loader worker processes
+too. Not exact: real-clock times are measured, not restored.
 
 Writing (`save`): every worker writes its file atomically (temporary name, then rename), the
 workers exchange the files' digests on the control group, then rank 0 replaces `latest.json`
@@ -33,9 +34,10 @@ the run at once, as a second Ctrl-C always does). The workers agree on one step 
   (`Algorithm.checkpoint_anywhere`), with a non-blocking poll every `checkpoint.poll_steps`
   steps: the poll launched at step s is read at step s + poll_steps, so no worker waits for a
   slower one beyond what the algorithm already does. OSP/LOSP stop at the next evaluation point.
-The control group is a separate gloo group, so its collectives are never matched against the
-algorithm's (written by hand: torch.distributed has no preemption support; submitit's own
-handler checkpoints from rank 0 only, ecosystem.md sec. 2).
+The control group is a separate gloo group (with `cluster=sim`, a second in-process group:
+algorithms/group.py), so its collectives are never matched against the algorithm's (written
+by hand: torch.distributed has no preemption support; submitit's own handler checkpoints from
+rank 0 only, ecosystem.md sec. 2).
 """
 
 from __future__ import annotations
@@ -52,8 +54,8 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
+from algorithms.group import Group, as_group
 from experiments.errors import UserError
 from experiments.records import write_json_atomic
 
@@ -191,7 +193,7 @@ def save(
     epoch: int,
     reason: str,
     cfg: dict[str, Any],
-    group: dist.ProcessGroup | None,
+    group: Group | None,
 ) -> Path:
     """Write this worker's `state` for `step`; collective over the control `group`. Returns the
     step directory once every worker's file is on disk and `latest.json` points to it."""
@@ -208,8 +210,7 @@ def save(
     entry = {"sha256": _sha256(path), "bytes": path.stat().st_size}
     entries: list[Any] = [entry]
     if world_size > 1:
-        entries = [None] * world_size
-        dist.all_gather_object(entries, entry, group=group)
+        entries = as_group(group).all_gather_object(entry)
     if rank == 0:
         write_json_atomic(
             root / LATEST,
@@ -232,7 +233,7 @@ def save(
                     f.unlink(missing_ok=True)
                 old.rmdir()
     if world_size > 1:
-        dist.barrier(group=group)  # nobody leaves before latest.json names the new step
+        as_group(group).barrier()  # nobody leaves before latest.json names the new step
     return step_dir
 
 
@@ -268,7 +269,7 @@ class Stopper:
         *,
         rank: int,
         world_size: int,
-        group: dist.ProcessGroup | None,
+        group: Group | None,
         poll_steps: int,
         anywhere: bool,
         simulate_at_step: int | None = None,
@@ -292,6 +293,18 @@ class Stopper:
         self.agreed = 0  # the MAX of the flags, once the workers decided to stop
         self._poll: tuple[Any, torch.Tensor] | None = None
         self._previous: dict[int, Any] = {}
+
+    @property
+    def group(self) -> Group | None:
+        """The control group (a `Group`; a torch.distributed group is wrapped). Unset: None
+        alone, else torch.distributed's default group."""
+        if self._group is None and self.world_size > 1:
+            return as_group(None)
+        return self._group
+
+    @group.setter
+    def group(self, group) -> None:
+        self._group = None if group is None else as_group(group)
 
     def forget_simulation_before(self, step: int) -> None:
         """A run resumed at `step` has already stopped for a simulated signal before it."""
@@ -342,7 +355,7 @@ class Stopper:
             self._poll = None
         if not decision:
             flags = torch.tensor([float(self._local(step))], dtype=torch.float64)
-            work = dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+            work = self.group.all_reduce(flags, "max", async_op=True)
             self._poll = (work, flags)
         return decision
 
@@ -351,7 +364,7 @@ class Stopper:
         self._settle()
         flags = torch.tensor([float(self._local(step))], dtype=torch.float64)
         if self.world_size > 1:
-            work = dist.all_reduce(flags, op=dist.ReduceOp.MAX, group=self.group, async_op=True)
+            work = self.group.all_reduce(flags, "max", async_op=True)
             work.wait(self.timeout)
         return self._decide(flags.item())
 

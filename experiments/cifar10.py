@@ -1,8 +1,11 @@
 """CIFAR-10 through torchvision, in its own python-pickle format (algorithms.md section 9).
 
 Training: RandomCrop(32, padding 4) + horizontal flip, then normalisation with the reference
-mean/std; test: normalisation only. Kept apart from experiments/data.py because importing
-torchvision costs seconds in every worker process, and only this dataset needs it.
+mean/std; test: normalisation only. The crop and flip are `experiments.data.CropFlip`, applied
+by the worker's `Augmented` shard with random numbers from its sampler's generator (not
+torchvision's transforms, which draw from torch's global generator). Kept apart from
+experiments/data.py because importing torchvision costs seconds in every worker process, and
+only this dataset needs it.
 """
 
 import os
@@ -10,10 +13,11 @@ import pickle
 from collections.abc import Mapping
 
 import numpy as np
+import torch
 from torchvision import datasets, transforms
 from torchvision.datasets.utils import check_integrity, download_and_extract_archive
 
-from experiments.data import DataBundle, one_line
+from experiments.data import CropFlip, DataBundle, one_line
 from experiments.errors import UserError
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
@@ -106,15 +110,17 @@ def load(cfg: Mapping) -> DataBundle:
     """Train (augmented) and test sets from the files; never downloads."""
     root = _cifar10_root(cfg)
     _check_cifar10(root, cfg.get("verify_checksums", True), "load_dataset does not download")
-    normalize = [transforms.ToTensor(), transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD)]
-    test_tf = transforms.Compose(normalize)
-    train_tf = test_tf
+    normalize = transforms.Compose(
+        [transforms.ToTensor(), transforms.Normalize(CIFAR10_MEAN, CIFAR10_STD)]
+    )
+    augment = None
     if cfg.get("augment", True):
-        augment = [transforms.RandomCrop(32, padding=4), transforms.RandomHorizontalFlip()]
-        train_tf = transforms.Compose(augment + normalize)
+        # the value Normalize gives a black pixel (the padding of RandomCrop), in float32
+        fill = (torch.zeros(3) - torch.tensor(CIFAR10_MEAN)) / torch.tensor(CIFAR10_STD)
+        augment = CropFlip(padding=4, fill=tuple(fill.tolist()))
     try:
-        train = _CIFAR10Files(root, train=True, transform=train_tf, download=False)
-        test = _CIFAR10Files(root, train=False, transform=test_tf, download=False)
+        train = _CIFAR10Files(root, train=True, transform=normalize, download=False)
+        test = _CIFAR10Files(root, train=False, transform=normalize, download=False)
     except (pickle.UnpicklingError, EOFError, KeyError, ValueError) as e:
         folder = os.path.join(root, datasets.CIFAR10.base_folder)
         raise UserError(
@@ -129,4 +135,5 @@ def load(cfg: Mapping) -> DataBundle:
         num_classes=len(train.classes),
         in_channels=3,
         image_size=32,
+        augment=augment,
     )

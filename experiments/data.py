@@ -11,6 +11,14 @@ Two entry points, because data must be fetched once but read many times: `prepar
 the parent process before any worker starts (it may download, and turns every problem into a
 one-line `UserError`); `load_dataset` runs in each worker and never downloads, so 16 ranks never
 race to write the same archive.
+
+Random numbers: a worker's data order and its augmentation (CIFAR-10's crop and flip) come from
+one explicit generator, its sampler's (`ResumableRandomSampler`): the sampler draws the epoch's
+permutation, then each sample's augmentation parameters (`Augmented.keys`), and hands the
+loader keys (index, parameters). Nothing draws from torch's global generator, so the workers of
+`cluster=sim` (threads of one process, which share that generator) draw exactly the numbers of
+worker processes, whether the loader uses worker processes or not, and a run resumed mid-epoch
+restores the whole stream from the generator's state at the epoch's start.
 """
 
 import itertools
@@ -37,6 +45,7 @@ class DataBundle:
     num_classes: int
     in_channels: int
     image_size: int
+    augment: "CropFlip | None" = None  # random training augmentation (`Augmented`), if any
 
 
 class TensorImageDataset(Dataset):
@@ -207,15 +216,76 @@ def _load_synthetic(cfg: Mapping) -> DataBundle:
     )
 
 
+@dataclass(frozen=True)
+class CropFlip:
+    """torchvision's `RandomCrop(size, padding)` + `RandomHorizontalFlip()` (the papers'
+    CIFAR-10 augmentation), with the random numbers drawn by the caller from a generator of
+    its own (`draw`) and applied to the normalised image (`apply`): the padding takes `fill`,
+    the value a black pixel normalises to, so the result is what cropping and flipping the
+    image before normalisation gives, bit for bit. torchvision's transforms draw from torch's
+    global generator, which the worker threads of `cluster=sim` share."""
+
+    padding: int
+    fill: tuple[float, ...]  # per channel: (0 - mean) / std, as the normalisation computes it
+
+    def draw(self, n: int, generator: torch.Generator) -> list[tuple[int, int, bool]]:
+        """Parameters of `n` samples: crop offsets (top, left) in [0, 2 * padding] and a flip."""
+        offsets = torch.randint(0, 2 * self.padding + 1, (n, 2), generator=generator)
+        flips = torch.rand(n, generator=generator) < 0.5
+        return [(i, j, f) for (i, j), f in zip(offsets.tolist(), flips.tolist(), strict=True)]
+
+    def apply(self, x: torch.Tensor, params: tuple[int, int, bool]) -> torch.Tensor:
+        """The crop (of the image padded by `padding` on every side) and flip of `x` [C, H, W]."""
+        top, left, flip = params
+        c, h, w = x.shape
+        p = self.padding
+        padded = (
+            torch.tensor(self.fill, dtype=x.dtype).view(c, 1, 1).repeat(1, h + 2 * p, w + 2 * p)
+        )
+        padded[:, p : p + h, p : p + w] = x
+        out = padded[:, top : top + h, left : left + w]
+        return (out.flip(-1) if flip else out).contiguous()
+
+
+class Augmented(Dataset):
+    """A worker's training shard with random augmentation whose parameters come with the key:
+    item (index, parameters) is the augmented sample, item index the plain one. `keys` pairs
+    indices with parameters drawn from the caller's generator (the sampler's)."""
+
+    def __init__(self, base: Dataset, augment: CropFlip) -> None:
+        self.base, self.augment = base, augment
+
+    def __len__(self) -> int:
+        return len(self.base)
+
+    def keys(self, indices: list[int], generator: torch.Generator) -> list[tuple]:
+        return list(zip(indices, self.augment.draw(len(indices), generator), strict=True))
+
+    def __getitem__(self, key):
+        if isinstance(key, tuple):
+            index, params = key
+            x, y = self.base[index]
+            return self.augment.apply(x, params), y
+        return self.base[key]
+
+
 class ResumableRandomSampler(RandomSampler):
     """torch's RandomSampler (the same order from the same generator state: what
     `DataLoader(shuffle=True, generator=g)` uses) whose next pass can skip its first `skip`
     indices: a run resumed mid-epoch restores the generator to the epoch's start and skips the
     batches it had already taken (experiments/loop.py). torch's samplers have no such position
-    (torchdata's StatefulDataLoader has one, but is another dependency for one integer)."""
+    (torchdata's StatefulDataLoader has one, but is another dependency for one integer).
+
+    On an `Augmented` dataset it yields keys (index, augmentation parameters), the parameters
+    drawn from the same generator right after the epoch's permutation (module doc)."""
 
     skip: int = 0
 
     def __iter__(self):
         skip, self.skip = self.skip, 0
-        return itertools.islice(super().__iter__(), skip, None)
+        keys = getattr(self.data_source, "keys", None)
+        if keys is None:
+            return itertools.islice(super().__iter__(), skip, None)
+        if self.generator is None:
+            raise ValueError("an augmented dataset needs a sampler with its own generator")
+        return iter(keys(list(super().__iter__()), self.generator)[skip:])

@@ -17,6 +17,7 @@ import os
 import signal
 import socket
 import sys
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import timedelta
@@ -198,8 +199,36 @@ CONTROL_TIMEOUT_S = 600.0  # the control group's collectives (set-up barrier, ch
 GRACE_S = 3.0  # after a worker failed: the others' time to stop alone, then SIGTERM, then SIGKILL
 
 
+def _entry(rank: int, nprocs: int, environ: dict[str, str], failures, fn: Callable, *args) -> None:
+    """A started worker: the launcher's environment as of the start (the forkserver's is that
+    of its own start), then `fn`; a failure is noted with its time in `failures` (see
+    `spawn`)."""
+    global _failures
+    os.environ.clear()
+    os.environ.update(environ)
+    _failures = failures
+    try:
+        fn(rank, nprocs, *args)
+    except BaseException:
+        note_failure(rank)
+        raise
+
+
+_failures = None  # in a spawned worker: the launcher's queue of (time, rank) of failures
+
+
+def note_failure(rank: int) -> None:
+    """In a spawned worker that fails: tell the launcher when, before the teardown makes the
+    peers' collectives fail too (once; outside `spawn`'s workers, nothing)."""
+    global _failures
+    if _failures is not None:
+        _failures.put((time.time(), rank))
+        _failures = None
+
+
 def spawn(fn: Callable, nprocs: int, args: tuple) -> bool:
-    """Run `fn(rank, nprocs, *args)` in `nprocs` fresh processes on this machine.
+    """Run `fn(rank, nprocs, *args)` in `nprocs` new processes on this machine, forked from a
+    forkserver with torch and the suite imported (experiments/startup.py).
 
     `torch.multiprocessing` joins them and, when one fails, terminates the others and raises
     (`ProcessRaisedException` / `ProcessExitedException`). The workers run in their own process
@@ -208,8 +237,19 @@ def spawn(fn: Callable, nprocs: int, args: tuple) -> bool:
     """
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(free_port())
+    from experiments import startup
+
+    method = startup.start_method()
+    # Which worker failed first: when a worker fails, its peers' collectives fail at once too,
+    # and the forkserver may report both exits in the same poll.
+    failures = startup.context() if method == "forkserver" else mp.get_context(method)
+    failures = failures.SimpleQueue()
     context = mp.start_processes(
-        fn, args=(nprocs, *args), nprocs=nprocs, join=False, start_method="spawn"
+        _entry,
+        args=(nprocs, dict(os.environ), failures, fn, *args),
+        nprocs=nprocs,
+        join=False,
+        start_method=method,
     )
 
     def forward(signum, frame) -> None:
@@ -234,6 +274,9 @@ def spawn(fn: Callable, nprocs: int, args: tuple) -> bool:
         while not context.join(timeout=0.5, grace_period=GRACE_S):
             pass
     except mp.ProcessRaisedException as e:
+        first = _first_failure(failures)
+        if first is not None and first != e.error_index:
+            e = _raised(context, first) or e
         trace = str(e).split("terminated with the following error:\n", 1)[-1].rstrip()
         cause = trace.splitlines()[-1] if trace else "an exception"
         if interrupted and cause.startswith("KeyboardInterrupt"):
@@ -251,6 +294,28 @@ def spawn(fn: Callable, nprocs: int, args: tuple) -> bool:
     # torch's spawn wrapper ends a worker stopped by Ctrl-C with exit code 0: the caller reads
     # the run's record to tell a checkpointed stop from a cancelled run.
     return bool(interrupted)
+
+
+def _first_failure(failures) -> int | None:
+    """The rank that failed first, from the workers' notes (None: none noted)."""
+    noted = []
+    while not failures.empty():
+        noted.append(failures.get())
+    return min(noted)[1] if noted else None
+
+
+def _raised(context, rank: int) -> mp.ProcessRaisedException | None:
+    """torch's exception for worker `rank` (its traceback from its error file), if it raised."""
+    import pickle
+
+    try:
+        with open(context.error_files[rank], "rb") as f:
+            trace = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError, IndexError):
+        return None
+    pid = context.processes[rank].pid
+    msg = f"\n\n-- Process {rank} terminated with the following error:\n{trace}"
+    return mp.ProcessRaisedException(msg, rank, pid)
 
 
 def become_spawned_worker() -> None:

@@ -63,17 +63,22 @@ def fixed_batches(
     """The inputs of `num_batches` batches of `batch_size` samples of `dataset` (this worker's
     shard), or of as many whole batches as it holds (a smaller last batch would weigh as much as
     a full one in the cumulative average; a shard smaller than one batch is one batch): a random
-    draw without replacement from a generator seeded `seed`, the training transforms
-    (augmentation) applied under a forked global RNG seeded `seed` too. Deterministic, and
-    neither the training's RNG streams nor its data order are touched (a resumed run draws the
-    same set)."""
+    draw without replacement from a generator seeded `seed`, the training augmentation of an
+    `Augmented` shard (experiments/data.py) drawn from a second generator seeded `seed + 1`
+    (another dataset's random transforms: under a forked global RNG seeded `seed`).
+    Deterministic, and neither the training's RNG streams nor its data order are touched (a
+    resumed run draws the same set)."""
     n = min(len(dataset), num_batches * batch_size)
     if n >= batch_size:
         n -= n % batch_size
     order = torch.randperm(len(dataset), generator=torch.Generator().manual_seed(seed))[:n]
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(seed)
-        xs = [torch.as_tensor(dataset[i][0]) for i in order.tolist()]
+    if hasattr(dataset, "keys"):  # (index, augmentation parameters): no global RNG involved
+        keys = dataset.keys(order.tolist(), torch.Generator().manual_seed(seed + 1))
+        xs = [torch.as_tensor(dataset[k][0]) for k in keys]
+    else:
+        with torch.random.fork_rng(devices=[]):
+            torch.manual_seed(seed)
+            xs = [torch.as_tensor(dataset[i][0]) for i in order.tolist()]
     return [torch.stack(xs[k : k + batch_size]) for k in range(0, n, batch_size)]
 
 

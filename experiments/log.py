@@ -14,12 +14,17 @@ it (mode `disabled`, `offline` (default) or `online`), shaped for comparison rep
 - summary: status, final and best test accuracy, final training loss, steps, the step of a
   divergence and the exit code; a failed run finishes with its non-zero exit code, an
   interrupted one (checkpoint saved, a rerun resumes) is marked preempting (exit code 3).
+
+W&B starts in a thread of its own (importing wandb and starting its service take seconds, even
+offline): the training does not wait for it; rows logged before it is up are kept and sent
+once it is; an error of its start is raised at the next row or at the end.
 """
 
 from __future__ import annotations
 
 import json
 import math
+import threading
 from pathlib import Path
 from typing import Any, Protocol
 
@@ -118,11 +123,43 @@ class WandbSink:
     def __init__(
         self, run_dir: Path, cfg: dict[str, Any], run_name: str, run_id: str | None = None
     ):
+        self._run = None
+        self._error: BaseException | None = None
+        self._pending: list[tuple[dict[str, Any], int]] = []
+        self._starting = threading.Thread(
+            target=self._start,
+            args=(run_dir, cfg, run_name, run_id),
+            name="commsgd-wandb-init",
+            daemon=True,
+        )
+        self._starting.start()
+
+    def _start(self, run_dir: Path, cfg: dict[str, Any], run_name: str, run_id: str | None):
+        try:
+            self._run = self._init(run_dir, cfg, run_name, run_id)
+        except BaseException as e:  # raised in the training's thread (_ready)
+            self._error = e
+
+    def _ready(self, wait: bool) -> bool:
+        """Whether the W&B run is up (waiting for it with `wait`); its start's error, raised."""
+        if wait:
+            self._starting.join()
+        if self._starting.is_alive():
+            return False
+        if self._error is not None:
+            error, self._error = self._error, None
+            raise error
+        for metrics, step in self._pending:
+            self._run.log(metrics, step=step)
+        self._pending = []
+        return True
+
+    @staticmethod
+    def _init(run_dir: Path, cfg: dict[str, Any], run_name: str, run_id: str | None):
         import wandb
 
         wb = cfg["wandb"]
-        self._wandb = wandb
-        self._run = wandb.init(
+        run = wandb.init(
             # the run's fixed id: a resumed run continues the same W&B run (ecosystem.md sec. 2)
             id=run_id,
             resume="allow" if run_id else None,
@@ -138,15 +175,20 @@ class WandbSink:
             settings=wandb.Settings(silent=True, console="off"),
         )
         # Accuracy and loss against the run's training time (virtual or measured: `timing`).
-        self._run.define_metric("time/train_s")
-        self._run.define_metric("epoch")
+        run.define_metric("time/train_s")
+        run.define_metric("epoch")
         for pattern in ("test/*", "train/*"):
-            self._run.define_metric(pattern, step_metric="time/train_s")
+            run.define_metric(pattern, step_metric="time/train_s")
+        return run
 
     def log(self, metrics: dict[str, Any], step: int) -> None:
-        self._run.log(metrics, step=step)
+        if self._ready(wait=False):
+            self._run.log(metrics, step=step)
+        else:
+            self._pending.append((dict(metrics), step))
 
     def close(self, outcome: dict[str, Any] | None = None, exit_code: int = 0) -> None:
+        self._ready(wait=True)
         if outcome is None:  # training raised: the run failed
             summary = {"status": "failed", "exit_code": exit_code or EXIT_FAILED}
         else:

@@ -352,8 +352,16 @@ def _calibration(algo: Algorithm, comm: Comm, loader, device, settings: LoopSett
     return result
 
 
+def _order_generator(loader) -> torch.Generator | None:
+    """The generator of the data order and augmentation: the sampler's (experiments/data.py),
+    else the loader's."""
+    generator = getattr(loader.sampler, "generator", None)
+    return generator if generator is not None else loader.generator
+
+
 def _generator_state(loader) -> torch.Tensor | None:
-    return loader.generator.get_state() if loader.generator is not None else None
+    generator = _order_generator(loader)
+    return generator.get_state() if generator is not None else None
 
 
 def capture(algo: Algorithm, comm: Comm, times: Times, pos: Position, train_loader) -> dict:
@@ -389,8 +397,8 @@ def restore(state: dict, algo: Algorithm, comm: Comm, times: Times, pos: Positio
         setattr(times, k, v)
     for k, v in state["position"].items():
         setattr(pos, k, v)
-    if pos.epoch_rng is not None and loader.generator is not None:
-        loader.generator.set_state(pos.epoch_rng)
+    if pos.epoch_rng is not None and _order_generator(loader) is not None:
+        _order_generator(loader).set_state(pos.epoch_rng)
 
 
 def time_ledger(times: Times, ledger) -> dict[str, float]:

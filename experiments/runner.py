@@ -9,7 +9,8 @@
 3. validate every value and the data (one-line `UserError`s, before any worker starts);
 4. write the resolved config, Hydra's `.hydra/` files, the identity, the data card and
    `status: running`;
-5. start the workers (or become one, under torchrun/srun) and train;
+5. start the workers (processes; threads of this process with `cluster.in_process`,
+   experiments/sim.py; or become one, under torchrun/srun) and train;
 6. rank 0 writes the final summary; a crash leaves `status: failed`, never `completed`.
 """
 
@@ -19,6 +20,7 @@ import math
 import os
 import platform
 import sys
+import threading
 import time
 import traceback
 import uuid
@@ -26,12 +28,12 @@ from pathlib import Path
 from typing import Any
 
 import torch
-import torch.distributed as dist
 from omegaconf import DictConfig, OmegaConf
 
 import algorithms
 from experiments import checkpoint as ckpt
 from experiments import dist as d
+from experiments import startup
 from experiments.checkpoint import Stopper
 from experiments.clock import make_clock
 from experiments.errors import Cancelled, Interrupted, UserError, WorkerFailed
@@ -119,6 +121,12 @@ def validate(cfg: dict[str, Any]) -> None:
         raise UserError(f"timing must be one of {', '.join(TIMINGS)}, got {cfg['timing']!r}")
     if cfg["timing"] == "virtual" and (cfg.get("emulate_network") or cfg.get("emulate_compute")):
         raise UserError("emulate_network / emulate_compute apply to timing=real only")
+    if cfg["cluster"].get("in_process") and cfg["timing"] != "virtual":
+        raise UserError(
+            f"timing={cfg['timing']} with cluster={cfg['cluster']['name']}: the workers are "
+            "threads of one process sharing its cores, so their wall-clock measures nothing; "
+            "use timing=virtual (the modeled clock, timing.md)"
+        )
     try:
         make_clock(cfg, rank=0, m=cfg["workers"])
     except (ValueError, TypeError) as e:
@@ -156,7 +164,13 @@ def validate_checkpointing(cfg: dict[str, Any]) -> None:
 
 def validate_cluster(cfg: dict[str, Any]) -> None:
     c = cfg["cluster"]
+    if c.get("in_process"):
+        from experiments.sim import check_in_process
+
+        check_in_process(cfg)
     if c.get("name") != "slurm":
+        return
+    if c.get("in_process"):  # one SLURM task runs the whole run (validated above)
         return
     nodes, per_node = c["nodes"], c["tasks_per_node"]
     if not _is_int(nodes) or nodes < 1 or not _is_int(per_node) or per_node < 1:
@@ -239,6 +253,8 @@ def _run(
     ident: str,
     hydra_files: dict[str, str],
 ) -> str:
+    if worker is None and not plain["cluster"].get("in_process"):
+        startup.warm()  # the worker processes' forkserver imports torch while we go on
     validate(plain)
     if worker is not None:
         d.check_rendezvous_port(worker)
@@ -282,10 +298,15 @@ def _run(
         )
     try:
         if worker is None:
-            # In-memory datasets travel to the workers with their arguments: loading them again
-            # in every process (importing scikit-learn) would cost seconds per run.
-            shared = bundle if plain["dataset"]["name"] != "cifar10" else None
-            ctrl_c = d.spawn(worker_main, plain["workers"], (plain, str(run_dir), shared))
+            if plain["cluster"].get("in_process"):
+                from experiments import sim
+
+                ctrl_c = sim.run(plain, run_dir, bundle)
+            else:
+                # In-memory datasets travel to the workers with their arguments: loading them
+                # again in every process (importing scikit-learn) would cost seconds per run.
+                shared = bundle if plain["dataset"]["name"] != "cifar10" else None
+                ctrl_c = d.spawn(worker_main, plain["workers"], (plain, str(run_dir), shared))
             summary = read_summary(run_dir) or {}
             status = "interrupted" if summary.get("interrupted") else summary.get("status")
             if status not in ("completed", "diverged", "interrupted"):
@@ -345,6 +366,7 @@ def worker_main(
     """Entry point of one worker process; returns the run's status as this worker saw it."""
     if worker is None:  # spawned by run.py on this machine
         d.become_spawned_worker()
+        startup.defer_dynamo()
         worker = d.Worker(rank, world_size, rank, world_size, external=False)
         os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world_size)
     # Stop requests are caught from the start; the workers agree on them in the loop.
@@ -375,6 +397,7 @@ def worker_main(
     except Exception:
         # A spawned worker's traceback goes to run.py, which reports the worker that failed
         # first (the others then fail for want of it); under torchrun/srun each one says.
+        d.note_failure(worker.rank)
         if worker.external:
             print(f"rank {worker.rank}: {traceback.format_exc()}", file=sys.stderr, flush=True)
         raise
@@ -386,6 +409,22 @@ def worker_main(
     return status
 
 
+# Model initialisation draws from torch's global generator, which the worker threads of
+# `cluster=sim` share: one worker at a time (initial_model).
+_INIT_LOCK = threading.Lock()
+
+
+def initial_model(cfg: dict, bundle) -> torch.nn.Module:
+    """The initial model, the same on every worker: built from torch's global generator seeded
+    `seed`, under a lock and with the generator's state saved and restored (`fork_rng`), so
+    that a worker thread draws the numbers a worker process draws and nothing else sees them."""
+    from experiments.models import build_model
+
+    with _INIT_LOCK, torch.random.fork_rng(devices=[]):
+        torch.manual_seed(cfg["seed"])
+        return build_model(cfg["model"], bundle.in_channels, bundle.num_classes)
+
+
 def train_worker(
     cfg: dict,
     run_dir: Path,
@@ -393,42 +432,54 @@ def train_worker(
     backend: str,
     bundle=None,
     stopper: Stopper | None = None,
+    group=None,
+    device: torch.device | None = None,
 ) -> str:
     """Build this worker's data, model, optimizer and algorithm, resume from the run's
-    checkpoint if there is one, train, and (rank 0) write the summary. Returns the status."""
+    checkpoint if there is one, train, and (rank 0) write the summary. Returns the status.
+
+    `group`: where the collectives go (algorithms/group.py; None: torch.distributed's default
+    group); `device`: this worker's device (None: from the backend and the local rank)."""
     from torch.utils.data import DataLoader, Subset
 
     from algorithms.comm import Comm
-    from experiments.data import ResumableRandomSampler, load_dataset
+    from algorithms.group import ThreadGroup
+    from experiments.data import Augmented, ResumableRandomSampler, load_dataset
     from experiments.log import make_sinks
     from experiments.loop import Checkpointing, LoopSettings, train
-    from experiments.models import build_model
     from experiments.partition import make_partition
 
     rank, m, seed = worker.rank, worker.world_size, cfg["seed"]
-    device = d.device_for(backend, worker.local_rank, worker.local_world_size)
+    if device is None:
+        device = d.device_for(backend, worker.local_rank, worker.local_world_size)
     dtype = DTYPES[cfg.get("dtype", "float32")]
     compression = (cfg.get("comm") or {}).get("compression", "none")  # issue 17
-    comm = Comm(clock=make_clock(cfg, rank, m), compression=compression)
+    comm = Comm(group=group, clock=make_clock(cfg, rank, m), compression=compression)
 
     if bundle is None:
         bundle = load_dataset(cfg["dataset"])
     shards = make_partition(cfg["partition"], bundle.train_labels, m)  # partition.seed
 
-    torch.manual_seed(seed)  # identical initial parameters on every worker ...
-    model = build_model(cfg["model"], bundle.in_channels, bundle.num_classes).to(device, dtype)
+    model = initial_model(cfg, bundle).to(device, dtype)  # identical on every worker ...
     comm.broadcast_(list(model.parameters()) + list(model.buffers()), src=0)  # ... guaranteed
-    torch.manual_seed(seed * 1_000_003 + rank + 1)  # each worker its own augmentation stream
 
-    loader_seed = torch.Generator().manual_seed(seed * 1_000_003 + rank)
-    num_loader_workers = int(cfg["dataset"].get("num_workers", 0) or 0)
+    # This worker's data order and augmentation: one generator, the sampler's (experiments/
+    # data.py). The loader's own generator only seeds its worker processes, which draw nothing.
+    order_seed = seed * 1_000_003 + rank
     shard = Subset(bundle.train, shards[rank].tolist())
+    if bundle.augment is not None:
+        shard = Augmented(shard, bundle.augment)
+    # Loader processes forked from a process with running threads may deadlock (a lock held by
+    # another thread at the fork): worker threads load in their own thread. The data are the
+    # same (the sampler's keys carry the random numbers).
+    in_threads = isinstance(comm.group, ThreadGroup)
+    num_loader_workers = 0 if in_threads else int(cfg["dataset"].get("num_workers", 0) or 0)
     train_loader = DataLoader(
         shard,
         batch_size=cfg["batch_size"],
         # = shuffle=True (same order), plus a position for runs resumed mid-epoch
-        sampler=ResumableRandomSampler(shard, generator=loader_seed),
-        generator=loader_seed,
+        sampler=ResumableRandomSampler(shard, generator=torch.Generator().manual_seed(order_seed)),
+        generator=torch.Generator().manual_seed(order_seed),
         drop_last=False,  # the reference keeps the last partial batch
         num_workers=num_loader_workers,
         persistent_workers=num_loader_workers > 0,
@@ -503,7 +554,7 @@ def train_worker(
         # Set-up takes unequal times (rank 0 starts W&B, which may take long online): the
         # workers meet here, on the control group's long timeout, so that the training's
         # collectives and their short `dist_timeout_s` start together.
-        dist.barrier(group=stopper.group)
+        stopper.group.barrier()
     settings = LoopSettings(
         epochs=cfg["epochs"],
         eval_every=cfg["eval_every"],

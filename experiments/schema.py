@@ -147,7 +147,11 @@ class ScaleNetwork:
 class Scale:
     name: str = MISSING  # smoke | cpu | paper: the run size the other keys were set by
     target_acc: float = MISSING  # time-to-accuracy target of the presets' tables
-    # Dominant-class share of the non-IID presets that this scale's workers and data allow.
+    # Workers of the Overlap-Local-SGD paper's tables and figure 5 (table1, table2, fig5): the
+    # paper's 16 where the scale can afford them.
+    table_workers: int = MISSING
+    # Dominant-class share of the non-IID presets (at table_workers workers) that this scale's
+    # data allow.
     noniid_fraction: float = MISSING
     step_time_s: float = MISSING  # modeled step time of the presets that use the virtual clock
     # The network of `network=calibrated` (the fig4/fig5 presets): the paper's proportions of
@@ -168,7 +172,7 @@ class Config:
     algorithm: Any = MISSING  # group: one per algorithm (algorithms.REGISTRY)
     # group: ideal | ethernet40g | ethernet10g | ethernet1g | wan | calibrated (the scale's)
     network: Any = MISSING
-    cluster: Any = MISSING  # group: local | slurm
+    cluster: Any = MISSING  # group: local | sim (threads of one process) | slurm
 
     # W&B group and the name analysis groups runs by; presets set it.
     experiment_name: str = MISSING
@@ -290,6 +294,16 @@ class Cluster:
     # auto = nccl with one GPU per worker when enough GPUs are present, else gloo.
     backend: Backend = MISSING
     checkpoint_every: int = MISSING  # the default of the top-level checkpoint_every
+    # The workers as threads of one process talking through an in-process reducer
+    # (experiments/sim.py; needs timing=virtual): cluster=sim, or one SLURM task per run.
+    in_process: bool = False
+
+
+@dataclass
+class SimCluster(Cluster):
+    # Where the workers' models live: auto (the first GPU if there is one, else cpu) | cpu |
+    # cuda | cuda:N. Every worker on this one device.
+    device: str = MISSING
 
 
 @dataclass
@@ -319,7 +333,7 @@ GROUP_SCHEMAS: dict[str, dict[str, type]] = {
         n: Network
         for n in ("ideal", "ethernet40g", "ethernet10g", "ethernet1g", "wan", "calibrated")
     },
-    "cluster": {"local": Cluster, "slurm": SlurmCluster},
+    "cluster": {"local": Cluster, "sim": SimCluster, "slurm": SlurmCluster},
 }
 
 

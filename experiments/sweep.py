@@ -35,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.sweep", description=__doc__)
     parser.add_argument("experiment", help="a preset of conf/experiment/")
     parser.add_argument("--scale", default="cpu", help="smoke | cpu | paper (default cpu)")
-    parser.add_argument("--cluster", default="local", help="local | slurm (default local)")
+    parser.add_argument("--cluster", default="local", help="local | sim | slurm (default local)")
     parser.add_argument("--out-root", default="outputs", help="run records go to OUT/<name>/runs")
     parser.add_argument("--results", default="results", help="tables and figures go here")
     parser.add_argument("--no-run", action="store_true", help="only write the report")

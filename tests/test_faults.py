@@ -70,14 +70,16 @@ def wait_for_training(proc, root: Path, timeout: float = 120) -> Path:
 
 
 def workers_of(proc) -> list[int]:
-    """The spawned worker processes of a run.py (not multiprocessing's resource tracker)."""
+    """The worker processes of a run.py: the children of its forkserver (experiments/
+    startup.py), not the server itself nor multiprocessing's resource tracker."""
     pids = []
     for pid in children(proc.pid):
         try:
             cmdline = Path(f"/proc/{pid}/cmdline").read_bytes().decode(errors="replace")
+            parent = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
         except OSError:
             continue
-        if "spawn_main" in cmdline:
+        if "forkserver" in cmdline and parent != proc.pid:
             pids.append(pid)
     return sorted(pids)
 

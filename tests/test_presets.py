@@ -75,7 +75,7 @@ def test_unknown_cluster_or_preset_is_a_clear_error(tmp_path):
     proc = sweep("table1", "--cluster", "pbs", "--out-root", str(tmp_path))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
-        "error: unknown cluster 'pbs'; choose from local, slurm"
+        "error: unknown cluster 'pbs'; choose from local, sim, slurm"
     ]
     proc = sweep("table9", "--out-root", str(tmp_path))
     assert proc.returncode == 2 and "presets: demo, fig4" in proc.stderr

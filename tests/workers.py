@@ -1,4 +1,8 @@
-"""Run a function in m real gloo processes on loopback and collect what each returns."""
+"""Run a function in m real gloo processes on loopback and collect what each returns.
+
+The processes are forked from a forkserver that imported torch and the suite once
+(experiments/startup.py), not spawned: the many launches of the test suite then cost no import
+each."""
 
 from __future__ import annotations
 
@@ -13,9 +17,15 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from experiments.dist import exit_spawned_worker, free_port
+from experiments.startup import context, defer_dynamo
 
 
-def _entry(rank: int, world_size: int, fn: Callable, args: tuple, out_dir: str, port: int):
+def _entry(
+    rank: int, world_size: int, fn: Callable, args: tuple, out_dir: str, port: int, environ: dict
+):
+    os.environ.clear()
+    os.environ.update(environ)  # the test's environment now, not the forkserver's at its start
+    defer_dynamo()
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(port)
     torch.set_num_threads(1)
@@ -35,12 +45,13 @@ def run_workers(fn: Callable, world_size: int, *args) -> list:
     `fn` must be importable (a module-level function), since the workers are spawned.
     """
     with tempfile.TemporaryDirectory() as out_dir:
+        context()  # the forkserver's preload
         mp.start_processes(
             _entry,
-            args=(world_size, fn, args, out_dir, free_port()),
+            args=(world_size, fn, args, out_dir, free_port(), dict(os.environ)),
             nprocs=world_size,
             join=True,
-            start_method="spawn",
+            start_method="forkserver",
         )
         return [
             torch.load(Path(out_dir) / f"{r}.pt", weights_only=False) for r in range(world_size)

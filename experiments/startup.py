@@ -1,0 +1,138 @@
+"""Cheap process starts: what a worker process must not pay for again and again.
+
+Measured on this project's 2-core machine (`python -X importtime`, one smoke run with 2 worker
+processes): each spawned worker re-imported torch and the suite (~2.9 CPU-s), its first
+optimizer step imported `torch._dynamo` (~2 CPU-s; torch's optimizers import it lazily to mark
+their steps as not to be compiled), and rank 0 started W&B on the critical path. So:
+
+- `context()`: worker processes are forked from a forkserver that has imported torch and the
+  suite once (`PRELOAD`); in a sweep (one Hydra process, many runs) the server outlives the
+  runs, so later runs start their workers without importing anything. A forkserver rather than
+  a plain fork of the launcher: the server is a clean single-threaded process, the launcher may
+  hold threads (W&B, a progress bar) and locks a fork would copy mid-use. `warm()` starts it
+  while the launcher still validates and loads the data.
+- `defer_dynamo()`: until something asks for more, `torch._dynamo` is a stand-in whose
+  `graph_break()` and `disable(fn)` are what they are in eager mode (nothing, and `fn`): the
+  only two things the optimizers' eager path uses (and `init_process_group` clears the
+  trace-rule caches of an imported dynamo: the stand-in has none to clear). Any other
+  attribute imports the real module and hands over to it, so `torch.compile` still works (it
+  loads dynamo on first use).
+  `COMMSGD_EAGER_DYNAMO=0` turns the stand-in off.
+- W&B: rank 0 only, and started in a thread of its own (experiments/log.py) while the training
+  runs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import multiprocessing
+import os
+import sys
+import types
+from collections.abc import Callable
+from typing import Any
+
+#: What the forkserver imports once: the launcher's main module (run.py: without it each worker
+#: would run it again, as spawn does), torch and everything a worker runs (not W&B: rank 0
+#: only, and only when it is wanted; not torchvision: CIFAR-10 only).
+PRELOAD = [
+    "__main__",
+    "torch",
+    "torch.distributed",
+    "torch.utils.data",
+    "algorithms",
+    "experiments",
+    "experiments.runner",
+    "experiments.loop",
+    "experiments.data",
+    "experiments.partition",
+    "experiments.models",
+    "experiments.evaluate",
+    "experiments.log",
+]
+
+
+def start_method() -> str:
+    """How run.py starts worker processes: `forkserver`, or what `COMMSGD_START_METHOD` says
+    (`spawn`: a fresh interpreter per worker, as before; for the benchmarks' comparison)."""
+    method = os.environ.get("COMMSGD_START_METHOD", "forkserver")
+    if method not in ("forkserver", "spawn"):
+        raise ValueError(f"COMMSGD_START_METHOD must be forkserver or spawn, got {method!r}")
+    return method
+
+
+def context() -> multiprocessing.context.BaseContext:
+    """The multiprocessing context worker processes are started with: a forkserver with
+    `PRELOAD` imported (module doc)."""
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(PRELOAD)
+    return ctx
+
+
+def warm() -> None:
+    """Start the forkserver now, so that it imports `PRELOAD` while this process goes on."""
+    from multiprocessing import forkserver
+
+    if start_method() != "forkserver":
+        return
+    context()
+    forkserver.ensure_running()
+
+
+def starts_processes(argv: list[str]) -> bool:
+    """Whether `run.py ARGV` will likely start worker processes on this machine (a guess from
+    the command line, so that `warm()` can start before the config is composed; the runner
+    warms again, a no-op, once it knows): not under torchrun/srun, not with in-process
+    workers, not when the jobs go to SLURM."""
+    env = os.environ
+    if "RANK" in env or int(env.get("SLURM_NTASKS", "1") or 1) > 1:
+        return False
+    if env.get("COMMSGD_START_METHOD", "forkserver") != "forkserver":
+        return False
+    elsewhere = ("cluster=sim", "cluster=slurm", "cluster.in_process=true")
+    return not any(arg.replace(" ", "").lower() in elsewhere for arg in argv)
+
+
+class _EagerDynamo(types.ModuleType):
+    """`torch._dynamo` as eager code sees it, until something needs the real one."""
+
+    def __init__(self) -> None:
+        super().__init__("torch._dynamo")
+        # `init_process_group` clears dynamo's trace-rule caches when dynamo is imported: a
+        # dynamo that never ran has none.
+        self.trace_rules = types.SimpleNamespace(clear_lru_cache=lambda: None)
+
+    @staticmethod
+    def graph_break() -> None:
+        """Eager mode: nothing to break."""
+
+    @staticmethod
+    def disable(fn: Callable | None = None, recursive: bool = True, **kwargs: Any):
+        """Eager mode: the function itself (as a decorator too)."""
+        if fn is None:
+            return lambda f: f
+        return fn
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(_real_dynamo(), name)
+
+
+def _real_dynamo() -> types.ModuleType:
+    import torch
+
+    if isinstance(sys.modules.get("torch._dynamo"), _EagerDynamo):
+        del sys.modules["torch._dynamo"]
+        torch.__dict__.pop("_dynamo", None)
+    return importlib.import_module("torch._dynamo")
+
+
+def defer_dynamo() -> None:
+    """Install the eager stand-in for `torch._dynamo` (module doc), unless the real one is
+    already imported or `COMMSGD_EAGER_DYNAMO=0`."""
+    if os.environ.get("COMMSGD_EAGER_DYNAMO", "1") == "0" or "torch._dynamo" in sys.modules:
+        return
+    import torch
+
+    stand_in = _EagerDynamo()
+    sys.modules["torch._dynamo"] = stand_in
+    torch._dynamo = stand_in
