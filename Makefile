@@ -10,11 +10,14 @@ STAMP := $(VENV)/.installed
 SCALE ?= cpu
 CLUSTER ?= local
 OUT ?= outputs
-RESULTS ?= results
+# Reports go to $(OUT)/results/<preset>/$(SCALE) unless asked otherwise: RESULTS=<dir>, or
+# PUBLISH=1 for the checkout's committed results/ (never written by accident).
+RESULTS ?=
+PUBLISH ?=
 # A preset's sweep (its missing points; every point runs, failures listed at the end), then its
-# report into $(RESULTS)/<preset>/$(SCALE)
-SWEEP = $(PY) -m experiments.sweep --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT) \
-	--results $(RESULTS)
+# report
+SWEEP = $(PY) -m experiments.sweep --scale $(SCALE) --cluster $(CLUSTER) --out-root "$(OUT)" \
+	$(if $(RESULTS),--results "$(RESULTS)") $(if $(filter 1 yes true,$(PUBLISH)),--publish)
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-fast test-unit test-dist test-e2e test-slurm lint fmt demo \
@@ -57,13 +60,13 @@ fmt: $(STAMP) ## Format the code with ruff
 	$(VENV)/bin/ruff check --fix .
 	$(VENV)/bin/ruff format .
 
-demo: $(STAMP) ## Every algorithm, briefly, 3 seeds, digits, 4 workers; writes $(RESULTS)/demo/$(SCALE)
+demo: $(STAMP) ## Every algorithm, briefly, 3 seeds, digits, 4 workers; writes $(OUT)/results/demo/$(SCALE)
 	$(SWEEP) demo
 
-table1: $(STAMP) ## Overlap-Local-SGD Table 1 (IID): run missing points, write $(RESULTS)/table1/$(SCALE)
+table1: $(STAMP) ## Overlap-Local-SGD Table 1 (IID): run missing points, write $(OUT)/results/table1/$(SCALE) (PUBLISH=1: results/)
 	$(SWEEP) table1
 
-table2: $(STAMP) ## Table 2 (non-IID): run missing points, write $(RESULTS)/table2/$(SCALE)
+table2: $(STAMP) ## Table 2 (non-IID): run missing points, write $(OUT)/results/table2/$(SCALE) (PUBLISH=1: results/)
 	$(SWEEP) table2
 
 figures: $(STAMP) ## Figures 4 and 5 of the Overlap-Local-SGD paper (runs what is missing)
@@ -84,8 +87,10 @@ docs: $(STAMP) ## Regenerate docs/config.md (every config key) from the schema
 	$(PY) -m experiments.config_doc > docs/config.md
 
 smoke: $(STAMP) ## One tiny run on synthetic data with 2 workers (seconds)
-	$(PY) run.py scale=smoke dataset=synthetic wandb.mode=disabled out_root=$(OUT)/smoke
+	$(PY) run.py scale=smoke dataset=synthetic wandb.mode=disabled "out_root='$(OUT)/smoke'"
 
-clean: ## Remove run outputs and caches (keeps .venv)
-	rm -rf $(OUT) multirun .pytest_cache .ruff_cache
+clean: ## Remove run outputs (OUT, default outputs) and caches (keeps .venv and results/)
+	@case "$$(realpath -m -- "$(OUT)")" in /|"$$(realpath .)"|"$$HOME") \
+		echo "error: make clean would remove OUT=$(OUT); name the outputs folder" >&2; exit 2;; esac
+	rm -rf -- "$(OUT)" multirun .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path './$(VENV)/*' -exec rm -rf {} +

@@ -63,6 +63,7 @@ def check(config: DictConfig, sweep: bool = False) -> Point:
 
     check_keys(config)
     check_present(config)
+    check_preset(config)
     plain = resolved_job(config)
     # A sweep's jobs may run elsewhere (cluster=slurm: a SLURM array): what depends on the
     # machine that runs the workers (data files, GPUs, the launcher) is each job's to check.
@@ -75,6 +76,22 @@ def check(config: DictConfig, sweep: bool = False) -> Point:
     check_output_root(run_dir.parent)
     check_run_dir_name(run_dir)
     return Point(run_dir=run_dir.absolute(), digest=digest(plain), config=plain)
+
+
+def check_preset(config: DictConfig) -> None:
+    """`experiment` is an optional group (conf/config.yaml: `optional experiment: null`): Hydra
+    silently skips an option it cannot find, so `experiment=tabel1` would run the default
+    config under no preset. A named preset must exist."""
+    try:
+        chosen = config.hydra.runtime.choices.get("experiment")
+    except Exception:  # no hydra node (a config composed without it): nothing to check
+        return
+    if chosen in (None, "null"):
+        return
+    conf = Path(__file__).resolve().parents[1] / "conf" / "experiment"
+    presets = sorted(p.stem for p in conf.glob("*.yaml"))
+    if str(chosen) not in presets:
+        raise UserError(f"unknown experiment {str(chosen)!r}; choose from {', '.join(presets)}")
 
 
 def check_present(cfg: DictConfig, prefix: str = "") -> None:

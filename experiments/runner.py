@@ -54,10 +54,13 @@ from experiments.records import (
     DATA_CARD,
     HEARTBEAT,
     IDENTITY,
+    METRICS,
+    DamagedRecord,
     RunLock,
     finished_status,
     git_sha,
     read_summary,
+    read_text,
     release_reserve,
     reserve,
     supersede,
@@ -352,6 +355,8 @@ def _run(
     # here; launched workers check their own file again.
     ranks = None if worker is None else [worker.rank]
     meta = ckpt.verify(run_dir, plain, ranks=ranks, load_files=True)
+    if meta is not None and is_main:
+        check_metrics(run_dir, meta["step"])
     bundle, card = check_data(plain)
 
     started = False  # whether the record says `running`
@@ -426,6 +431,19 @@ def late_stops_ignored():
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+def check_metrics(run_dir: Path, step: int) -> None:
+    """A run resumed from a checkpoint keeps its metrics.jsonl rows up to the checkpoint's step
+    (experiments/log.py): a file that is not text would lose them, so it is an error here."""
+    try:
+        read_text(run_dir / METRICS)
+    except FileNotFoundError:
+        pass
+    except DamagedRecord as e:
+        raise UserError(
+            f"{e}: resuming from step {step} would lose its rows; delete {run_dir} to start over"
+        ) from None
 
 
 def _spawned_status(run_dir: Path, plain: dict[str, Any], stops: list[int]) -> str:
