@@ -41,7 +41,10 @@ from omegaconf import DictConfig
 
 from experiments.errors import UserError
 
-MIN_FREE_MB = float(os.environ.get("COMMSGD_MIN_FREE_MB", 100))  # below: the output disk is full
+
+def min_free_mb() -> float:
+    """Below this many MB free, the output disk is full (COMMSGD_MIN_FREE_MB, default 100)."""
+    return float(os.environ.get("COMMSGD_MIN_FREE_MB", 100))
 
 
 @dataclass(frozen=True)
@@ -269,8 +272,8 @@ def visible_gpus() -> int:
 
 def check_devices(cfg: dict[str, Any], launcher: Launcher | None) -> None:
     """The devices the config asks for must be on this machine: `cluster.backend=nccl` needs a
-    GPU per worker on the node (experiments/dist.py, gpu_index); under SLURM,
-    `cluster.gpus_per_node` GPUs must be visible to the job."""
+    GPU per worker on the node (experiments/dist.py, gpu_index); under SLURM, a job that asked
+    for `cluster.gpus_per_node` GPUs must see some."""
     from experiments.dist import gpu_index
 
     cluster = cfg["cluster"]
@@ -282,9 +285,11 @@ def check_devices(cfg: dict[str, Any], launcher: Launcher | None) -> None:
             "on this machine; use cluster.backend=gloo (or auto: nccl when the GPUs are there)"
         )
     wanted = cluster.get("gpus_per_node")
-    if launcher is not None and launcher.name == "srun" and wanted and gpus < wanted:
+    # Each task may see only its own GPU (SLURM's per-task binding, experiments/dist.py): a
+    # task that sees none while the job asked for GPUs is the mismatch.
+    if launcher is not None and launcher.name == "srun" and wanted and gpus == 0:
         raise UserError(
-            f"cluster.gpus_per_node={wanted} but this node of the job shows {gpus} GPU(s) "
+            f"cluster.gpus_per_node={wanted} but this task of the job sees no GPU "
             "(CUDA_VISIBLE_DEVICES): the job did not get them; check the sbatch GPU request"
         )
 
@@ -321,11 +326,11 @@ def check_output_root(runs: Path) -> None:
     except OSError as e:
         why = e.strerror or type(e).__name__
         raise UserError(f"output directory {runs} is not writable: {why}") from None
-    free_mb = shutil.disk_usage(runs).free / 2**20
-    if free_mb < MIN_FREE_MB:
+    free_mb, needed = shutil.disk_usage(runs).free / 2**20, min_free_mb()
+    if free_mb < needed:
         raise UserError(
             f"output directory {runs} is full: {free_mb:.1f} MB free, a run needs at least "
-            f"{MIN_FREE_MB:.0f} MB (COMMSGD_MIN_FREE_MB)"
+            f"{needed:.0f} MB (COMMSGD_MIN_FREE_MB)"
         )
 
 

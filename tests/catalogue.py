@@ -101,7 +101,7 @@ class Case:
     cls: str  # the class (or one found here): the catalogue's counts are by class
     args: tuple[str, ...] = ()
     code: int | tuple[int, ...] = 2  # the exit code (or the codes a race may end with)
-    line: str = ""  # a regex searched in the last stderr line
+    line: str = ""  # a regex searched in the last line of stderr (of stdout for exit 0)
     env: Mapping[str, str | None] = field(default_factory=dict)  # None: unset
     setup: Callable[[Ctx], None] | None = None
     status: str | None = None  # the run's summary status afterwards; None: no summary
@@ -245,8 +245,10 @@ def verify(case: Case, ctx: Ctx, before: dict[Path, bytes], result: Result) -> N
         assert "Traceback" not in result.stderr, said
     lines = result.lines
     if case.line:
-        assert lines, said
-        assert re.search(case.line, lines[-1]), f"{said}\nexpected /{case.line}/"
+        # how the run ended: stderr, or for a run that succeeded (exit 0) its last stdout line
+        said_last = lines if 0 not in codes else result.stdout.strip().splitlines()
+        assert said_last, said
+        assert re.search(case.line, said_last[-1]), f"{said}\nexpected /{case.line}/"
     one_line = case.one_line if case.one_line is not None else case.code == 2
     if one_line:
         assert len(lines) == 1, said

@@ -921,7 +921,7 @@ add(
         "srun-gpus-missing",
         "cluster=slurm workers=2 cluster.gpus_per_node=2",
         {**SRUN, "SLURM_NTASKS": "2", "SLURM_NNODES": "1", "CUDA_VISIBLE_DEVICES": ""},
-        r"^error: cluster.gpus_per_node=2 but this node of the job shows 0 GPU\(s\)",
+        r"^error: cluster.gpus_per_node=2 but this task of the job sees no GPU",
         inproc=False,
     ),
     L(
@@ -1141,6 +1141,7 @@ add(
         r"^error: worker 1 \(rank 1\) failed: RuntimeError: injected fault at step 40",
         env={"COMMSGD_INJECT_FAULT": "1:40:raise"},
         slow=False,
+        traceback=True,  # not a one-line error: a bug's traceback is its report
     ),
     S(
         "rank0-exits",
@@ -1193,10 +1194,22 @@ def fill_when(condition):
     return act
 
 
-def remount_ro_when(condition):
+def plain_dir(ctx: Ctx) -> None:
+    mount = ctx.tmp / "mnt"
+    mount.mkdir()
+    ctx.data["mount"] = mount
+    ctx.cleanups.append(lambda: subprocess.run(["umount", "-l", str(mount)], capture_output=True))
+
+
+def read_only_when(condition):
+    """Make the case's folder read-only under the running process (a read-only bind mount of
+    itself: new files fail with EROFS, as on a disk the kernel remounted read-only)."""
+
     def act(ctx: Ctx) -> None:
         when(condition)(ctx)
-        subprocess.run(["mount", "-o", "remount,ro", str(ctx.data["mount"])], check=True)
+        mount = str(ctx.data["mount"])
+        subprocess.run(["mount", "--bind", mount, mount], check=True)
+        subprocess.run(["mount", "-o", "remount,bind,ro", mount], check=True)
 
     return act
 
@@ -1227,7 +1240,9 @@ def still_running_read_as_failed(ctx: Ctx, result: Result) -> None:
     assert st["status"] == "failed" and "stale" in st["detail"], st
 
 
-def D(name: str, args: tuple, act, line: str, pattern: str, env=None, check=None) -> Case:
+def D(
+    name: str, args: tuple, act, line: str, pattern: str, env=None, check=None, setup=None
+) -> Case:
     return Case(
         name,
         "disk",
@@ -1235,7 +1250,7 @@ def D(name: str, args: tuple, act, line: str, pattern: str, env=None, check=None
         code=1,
         line=line,
         env={"COMMSGD_MIN_FREE_MB": "0", **(env or {})},
-        setup=small_tmpfs("3m"),
+        setup=setup or small_tmpfs("3m"),
         act=act,
         check=check or failed_and_read_as_failed(pattern),
         status="any",
@@ -1272,10 +1287,11 @@ add(
     D(
         "read-only-while-training",
         (),
-        remount_ro_when(in_mount_evaluated),
+        read_only_when(in_mount_evaluated),
         r"^error: cannot write .*/mnt/runs/.*: Read-only file system$",
         r"Read-only file system",
         check=still_running_read_as_failed,
+        setup=plain_dir,
     ),
     Case(
         "full-before-the-run",
