@@ -10,11 +10,15 @@ STAMP := $(VENV)/.installed
 SCALE ?= cpu
 CLUSTER ?= local  # local (worker processes) | sim (threads of one process) | slurm
 OUT ?= outputs
-RESULTS ?= results
+# Reports go to $(OUT)/results/<preset>/$(SCALE) unless asked otherwise: RESULTS=<dir>, or
+# PUBLISH=1 for the checkout's committed results/ (never written by accident).
+RESULTS ?=
+PUBLISH ?=
 # A preset's sweep (its missing points; every point runs, failures listed at the end), then its
-# report into $(RESULTS)/<preset>/$(SCALE)
-SWEEP = $(PY) -m experiments.sweep --scale $(SCALE) --cluster $(CLUSTER) --out-root $(OUT) \
-	--results $(RESULTS)
+# report
+SWEEP_ARGS = --scale $(SCALE) --out-root "$(OUT)" $(if $(RESULTS),--results "$(RESULTS)") \
+	$(if $(filter 1 yes true,$(PUBLISH)),--publish)
+SWEEP = $(PY) -m experiments.sweep --cluster $(CLUSTER) $(SWEEP_ARGS)
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-fast test-unit test-dist test-e2e test-slurm lint fmt demo \
@@ -60,18 +64,17 @@ fmt: $(STAMP) ## Format the code with ruff
 # The demo's one real multi-process point (then every point with its workers in one process).
 DEMO_REAL = algorithm=overlap_local_sgd seed=0
 
-demo: $(STAMP) ## Every algorithm, briefly, 3 seeds, digits, 4 workers; writes $(RESULTS)/demo/$(SCALE)
+demo: $(STAMP) ## Every algorithm, briefly, 3 seeds, digits, 4 workers; writes $(OUT)/results/demo/$(SCALE) (PUBLISH=1: results/)
 	@# one point with real worker processes; the sweep finds it finished (same run, same record)
 	$(PY) run.py experiment=demo scale=$(SCALE) cluster=local $(DEMO_REAL) progress=false \
-		out_root=$(OUT)/demo
+		out_root="$(OUT)/demo"
 	@# the comparison, every worker a thread of one process (cluster=sim)
-	$(PY) -m experiments.sweep demo --scale $(SCALE) --cluster sim --out-root $(OUT) \
-		--results $(RESULTS)
+	$(PY) -m experiments.sweep demo --cluster sim $(SWEEP_ARGS)
 
-table1: $(STAMP) ## Overlap-Local-SGD Table 1 (IID): run missing points, write $(RESULTS)/table1/$(SCALE)
+table1: $(STAMP) ## Overlap-Local-SGD Table 1 (IID): run missing points, write $(OUT)/results/table1/$(SCALE) (PUBLISH=1: results/)
 	$(SWEEP) table1
 
-table2: $(STAMP) ## Table 2 (non-IID): run missing points, write $(RESULTS)/table2/$(SCALE)
+table2: $(STAMP) ## Table 2 (non-IID): run missing points, write $(OUT)/results/table2/$(SCALE) (PUBLISH=1: results/)
 	$(SWEEP) table2
 
 figures: $(STAMP) ## Figures 4 and 5 of the Overlap-Local-SGD paper (runs what is missing)
@@ -93,8 +96,10 @@ docs: $(STAMP) ## Regenerate docs/config.md (every config key) from the schema
 	$(PY) -m experiments.config_doc > docs/config.md
 
 smoke: $(STAMP) ## One tiny run on synthetic data with 2 workers (seconds)
-	$(PY) run.py scale=smoke dataset=synthetic wandb.mode=disabled out_root=$(OUT)/smoke
+	$(PY) run.py scale=smoke dataset=synthetic wandb.mode=disabled "out_root='$(OUT)/smoke'"
 
-clean: ## Remove run outputs and caches (keeps .venv)
-	rm -rf $(OUT) multirun .pytest_cache .ruff_cache
+clean: ## Remove run outputs (OUT, default outputs) and caches (keeps .venv and results/)
+	@case "$$(realpath -m -- "$(OUT)")" in /|"$$(realpath .)"|"$$HOME") \
+		echo "error: make clean would remove OUT=$(OUT); name the outputs folder" >&2; exit 2;; esac
+	rm -rf -- "$(OUT)" multirun .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path './$(VENV)/*' -exec rm -rf {} +

@@ -9,29 +9,59 @@ same config, a changed config gets a new directory. A sweep (`-m`) runs every po
 hydra_plugins/commsgd_sweeper: a failing point is recorded and the others run; the sweep exits
 non-zero at the end with one line per failed point. See README.md and docs/config.md.
 
-Exit codes: 0 completed or diverged; 1 a worker failed; 2 bad input; 3 stopped by a signal with
-a checkpoint (rerun to resume); 130 Ctrl-C without a checkpoint.
+Exit codes (experiments/errors.py): 0 completed or diverged; 1 the run failed (a worker crashed
+or hung, its records could not be written); 2 bad input or a damaged record, before any worker
+starts; 3 stopped by a signal (a rerun resumes from its checkpoint, or starts over when there
+was none yet); 130 Ctrl-C without a checkpoint to resume from.
 """
 
 from __future__ import annotations
 
 import os
+import signal
 import sys
-import traceback
-from typing import Any
 
-import hydra
-from hydra.core.hydra_config import HydraConfig
-from hydra.types import RunMode
-from omegaconf import DictConfig, OmegaConf
+# A stop signal while Python imports the suite (seconds: torch) ends the program at once, in one
+# line: nothing has been started yet. cli() then puts the launcher's own handlers in place.
+_STOPPED_EARLY = "error: {} before the run started: nothing was run; rerun the same command"
 
-import experiments  # noqa: F401 - registers the schema and the resolvers (run_name, out_dir)
-from experiments.errors import Cancelled, Interrupted, UserError, WorkerFailed
 
-EXIT_FAILED = 1  # a worker failed
-EXIT_USER = 2  # bad input, before any worker starts
-EXIT_INTERRUPTED = 3  # stopped on a signal with a checkpoint: rerun the command to resume
-EXIT_CANCELLED = 130  # Ctrl-C without a checkpoint
+def _stop_early(signum: int, frame) -> None:
+    if signum == signal.SIGINT:
+        print(_STOPPED_EARLY.format("interrupted by Ctrl-C"), file=sys.stderr, flush=True)
+        os._exit(130)
+    name = signal.Signals(signum).name
+    print(_STOPPED_EARLY.format(f"stopped by {name}"), file=sys.stderr, flush=True)
+    os._exit(3)
+
+
+if __name__ == "__main__":
+    for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(_sig, _stop_early)
+
+import traceback  # noqa: E402 - after the handlers above
+from typing import Any  # noqa: E402
+
+import hydra  # noqa: E402
+from hydra.core.hydra_config import HydraConfig  # noqa: E402
+from hydra.types import RunMode  # noqa: E402
+from omegaconf import DictConfig, OmegaConf  # noqa: E402
+
+import experiments  # noqa: E402, F401 - registers the schema and the resolvers
+from experiments.errors import (  # noqa: E402
+    EXIT_CANCELLED,
+    EXIT_FAILED,
+    EXIT_STOPPED,
+    EXIT_USER,
+    Cancelled,
+    Interrupted,
+    OneLine,
+    Stopped,
+    UserError,
+    WorkerFailed,
+)
+
+EXIT_INTERRUPTED = EXIT_STOPPED  # the name of issue 9's code 3
 
 
 def hydra_files(cfg: DictConfig) -> dict[str, str]:
@@ -57,16 +87,18 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     run_dir = hc.runtime.output_dir
     try:
         return {"status": run(cfg, run_dir, hydra_files(cfg)), "run_dir": run_dir}
-    except UserError as e:
-        code, message = EXIT_USER, str(e)
+    except OneLine as e:  # bad input (2), a full disk, a hung worker (1): the line says it all
+        code, message = e.exit_code, str(e)
     except WorkerFailed as e:
         if e.details:
             print(e.details, file=sys.stderr)
-        code, message = EXIT_FAILED, str(e)
-    except Interrupted:  # rank 0 has said why, and that a rerun resumes
-        sys.exit(EXIT_INTERRUPTED)
+        code, message = e.exit_code, str(e)
+    except Interrupted as e:
+        if not e.said:  # else rank 0 has said why, and that a rerun resumes
+            _say(str(e))
+        sys.exit(EXIT_STOPPED)
     except Cancelled as e:
-        print(f"error: {e}", file=sys.stderr)
+        _say(f"error: {e}")
         sys.exit(EXIT_CANCELLED)
     except Exception as e:  # a bug: its traceback, then in a sweep the next point
         if not in_sweep:
@@ -74,31 +106,91 @@ def main(cfg: DictConfig) -> dict[str, Any]:
         traceback.print_exc()
         code, message = EXIT_FAILED, f"{type(e).__name__}: {e}".splitlines()[0]
     if not in_sweep:
-        print(f"error: {message}", file=sys.stderr)
+        _say(f"error: {message}")
         sys.exit(code)
-    print(f"{run_dir}: failed: {message}", file=sys.stderr, flush=True)
+    _say(f"{run_dir}: failed: {message}")
     return {"status": "failed", "error": message, "exit_code": code, "run_dir": run_dir}
+
+
+def _say(line: str) -> None:
+    """One line on stderr, unless there is no console any more (a closed terminal or pipe)."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass
+
+
+def _raise_stop(signum: int, frame) -> None:
+    """run.py's stop signals while no worker runs (experiments/checkpoint.py, STOPS): stop now;
+    the runner records it (experiments/runner.py) and run.py exits with code 3. While workers
+    run, experiments/dist.py forwards the signals to them instead."""
+    if signum == signal.SIGHUP:
+        from experiments.checkpoint import detach_closed_terminal
+
+        detach_closed_terminal()
+    raise Stopped(signum)
+
+
+def normalized_argv(argv: list[str]) -> list[str]:
+    """The command line as Hydra's parser accepts it, or a UserError in one line: argparse
+    cannot take an option between two overrides (`python run.py scale=smoke -m tau=1,2`), so
+    `-m`/`--multirun` moves to the front; an unknown option is refused here (argparse would
+    print its usage, many lines)."""
+    import argparse
+
+    from hydra._internal.utils import get_args_parser
+
+    parser = get_args_parser()
+
+    def refuse(message: str) -> None:
+        raise UserError(f"{message} (python run.py --help)")
+
+    parser.error = refuse  # type: ignore[method-assign]
+    flags = [a for a in argv if a in ("-m", "--multirun")]
+    rest = [a for a in argv if a not in ("-m", "--multirun")]
+    argv = flags + rest
+    try:
+        parser.parse_intermixed_args(argv)
+    except argparse.ArgumentError as e:
+        refuse(str(e))
+    return argv
 
 
 def cli() -> None:
     """run.py's entry: Hydra's own errors (composition, overrides, interpolation) as one line
     and exit code 2. HYDRA_FULL_ERROR makes Hydra raise them instead of printing several
-    lines and exiting 1; the job's own errors are handled in `main`."""
+    lines and exiting 1; the job's own errors are handled in `main`. A stop signal before any
+    worker runs stops the program with exit code 3 (Ctrl-C: 130)."""
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
+    from experiments.checkpoint import STOPS
     from experiments.preflight import describe
 
+    for sig in STOPS:
+        if sig != signal.SIGINT:
+            signal.signal(sig, _raise_stop)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ["HYDRA_FULL_ERROR"] = "1"
     from experiments import startup
 
     if startup.starts_processes(sys.argv[1:]):
         startup.warm()  # the workers' forkserver imports torch while Hydra composes the config
     try:
+        sys.argv[1:] = normalized_argv(sys.argv[1:])
         main()
     except (UserError, HydraException, OmegaConfBaseException) as e:
-        print(f"error: {describe(e)}", file=sys.stderr)
+        _say(f"error: {describe(e)}")
         sys.exit(EXIT_USER)
+    except OneLine as e:  # not a run's: e.g. the sweeper could not write its record
+        _say(f"error: {e}")
+        sys.exit(e.exit_code)
+    except Stopped as e:  # before any run started (a run's own stop ends in main)
+        _say(_STOPPED_EARLY.format(f"stopped by {signal.Signals(e.signum).name}"))
+        sys.exit(EXIT_STOPPED)
+    except KeyboardInterrupt:
+        _say(_STOPPED_EARLY.format("interrupted by Ctrl-C"))
+        sys.exit(EXIT_CANCELLED)
 
 
 if __name__ == "__main__":

@@ -31,6 +31,7 @@ from typing import Any
 import pandas as pd
 import yaml
 
+from experiments import records as run_records
 from experiments.errors import UserError
 
 # The algorithm names of contract.md, in the order tables and legends list them (baseline first;
@@ -87,12 +88,9 @@ class RecordWarning(UserWarning):
     file."""
 
 
-class DamagedRecord(ValueError):
-    """A record file that cannot be used: `path`, and `why` in a few words."""
-
-    def __init__(self, path: str | os.PathLike, why: str) -> None:
-        super().__init__(f"{path}: {why}")
-        self.path, self.why = Path(path), why
+# A record file that cannot be used: `path`, and `why` in a few words (the records' own class,
+# experiments/records.py: one validated reader per file for the runs and the analysis alike).
+DamagedRecord = run_records.DamagedRecord
 
 
 @contextmanager
@@ -189,13 +187,7 @@ def read_summary(run_dir: str | os.PathLike) -> dict:
     """The run's `summary.json`: a JSON object with a text `status`, else a DamagedRecord
     naming the file and what is wrong."""
     path = Path(run_dir) / "summary.json"
-    text = _read_text(path)
-    try:
-        summary = json.loads(text)
-    except json.JSONDecodeError as error:
-        raise DamagedRecord(path, f"not JSON ({error})") from error
-    if not isinstance(summary, dict):
-        raise DamagedRecord(path, f"not a JSON object but {_kind(summary)}")
+    summary = run_records.read_json_object(path)
     if not isinstance(summary.get("status"), str):
         raise DamagedRecord(path, f"no text status (status: {summary.get('status')!r})")
     return summary
@@ -272,11 +264,8 @@ def _read_all(
 
 def _read_text(path: Path) -> str:
     """A record file's text; a DamagedRecord when it is not UTF-8 (binary garbage, a disk
-    error's zeros)."""
-    try:
-        return path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise DamagedRecord(path, f"not UTF-8 text (byte {error.start})") from error
+    error's zeros): the records' reader."""
+    return run_records.read_text(path)
 
 
 def _reason(error: BaseException) -> str:

@@ -22,7 +22,6 @@ completed or diverged.
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
@@ -32,8 +31,9 @@ from collections import Counter
 from pathlib import Path
 from typing import Any
 
-from analysis.load import DamagedRecord, RecordWarning, one_line_warnings
+from analysis.load import RecordWarning, one_line_warnings
 from experiments.errors import UserError
+from experiments.records import DamagedRecord, read_json_object
 
 STATUSES = ("completed", "diverged", "running", "failed", "missing")
 
@@ -51,18 +51,9 @@ def run_dirs(root: Path) -> list[Path]:
 
 
 def _json(path: Path) -> dict:
-    """A record file that must hold a JSON object; a DamagedRecord saying what is wrong."""
-    try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as error:
-        raise DamagedRecord(path, f"not UTF-8 text (byte {error.start})") from error
-    try:
-        value = json.loads(text)
-    except ValueError as error:
-        raise DamagedRecord(path, f"not JSON ({error})") from error
-    if not isinstance(value, dict):
-        raise DamagedRecord(path, f"not a JSON object but {type(value).__name__}")
-    return value
+    """A record file that must hold a JSON object: the records' own validated reader
+    (experiments/records.py); a DamagedRecord saying what is wrong."""
+    return read_json_object(path)
 
 
 def _heartbeat(run_dir: Path) -> tuple[dict | None, str]:
@@ -92,6 +83,8 @@ def run_status(run_dir: Path, stale_after_s: float, now: float | None = None) ->
         return {"status": "failed", "detail": "no summary: the job stopped before its record"}
     try:
         summary = _json(path)
+    except FileNotFoundError:  # gone since the check above (a rerun=true moved it)
+        return {"status": "failed", "detail": "no summary: the job stopped before its record"}
     except (OSError, DamagedRecord) as error:
         return {"status": "failed", "detail": f"summary.json is unreadable: {_why(error)}"}
     status = summary.get("status")

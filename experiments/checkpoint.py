@@ -21,13 +21,17 @@ too. Not exact: real-clock times are measured, not restored.
 Writing (`save`): every worker writes its file atomically (temporary name, then rename), the
 workers exchange the files' digests on the control group, then rank 0 replaces `latest.json`
 atomically and removes older step directories. A crash at any point leaves the previous
-complete checkpoint in force. Reading (`verify`, `load`): a missing, corrupt or incompatible
-checkpoint is a `CheckpointError` naming the file, never a silent restart from scratch.
+complete checkpoint in force, and no temporary file (a full disk: an OutputError naming the
+file). Reading (`verify`, `load`): a missing, corrupt, incompatible or damaged checkpoint
+(`latest.json` that is not an object or lacks a field, a file that passes its digest but does
+not load) is a `CheckpointError` naming the file, before any worker starts, never a silent
+restart from scratch nor a traceback inside the workers.
 
 When (experiments/loop.py): every `checkpoint_every` epochs at an evaluation point, and when a
-worker receives SIGUSR1/SIGUSR2 (SLURM's warning before a time limit; submitit uses USR2),
-SIGTERM (preemption, scancel) or SIGINT (Ctrl-C: only when `checkpoint_every` > 0, else it stops
-the run at once, as a second Ctrl-C always does). The workers agree on one step (`Stopper`):
+worker receives a stop signal (STOPS, the one table: SIGUSR1/SIGUSR2, SLURM's warning before a
+time limit; SIGTERM, preemption or scancel; SIGHUP, a closed terminal; SIGINT, Ctrl-C: only
+when `checkpoint_every` > 0, else it stops the run at once, as a second Ctrl-C always does).
+The workers agree on one step (`Stopper`):
 - at every evaluation point, where every algorithm is at rest after `drain()`, with one blocking
   MAX all-reduce of the request flags on the control group;
 - between steps, for algorithms whose collectives in flight were launched by every rank
@@ -49,6 +53,7 @@ import shutil
 import signal
 import sys
 import time
+from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -56,8 +61,13 @@ from typing import Any
 import torch
 
 from algorithms.group import Group, as_group
-from experiments.errors import UserError
-from experiments.records import write_json_atomic
+from experiments.errors import OutputError, UserError
+from experiments.records import (
+    DamagedRecord,
+    read_json_object,
+    write_bytes_atomic,
+    write_json_atomic,
+)
 
 DIR = "checkpoint"
 LATEST = "latest.json"
@@ -124,27 +134,71 @@ def latest_path(run_dir: Path) -> Path:
 
 
 def read_meta(run_dir: Path) -> dict | None:
-    """The latest complete checkpoint's description, None when the run has none."""
+    """The latest complete checkpoint's description, None when the run has none; a
+    CheckpointError naming the file when it is not one (damaged, truncated, a field missing or
+    of the wrong type, another format)."""
     path = latest_path(run_dir)
-    if not path.exists():
-        return None
     try:
-        meta = json.loads(path.read_text())
-        if meta.get("format") != FORMAT:
-            raise ValueError(f"format {meta.get('format')!r}, this code reads format {FORMAT}")
-        for key in ("step", "epoch", "dir", "world_size", "files", "config"):
-            if key not in meta:
-                raise ValueError(f"no {key!r}")
-    except (OSError, ValueError) as e:
+        meta = read_json_object(path)
+    except FileNotFoundError:
+        return None
+    except DamagedRecord as error:
         raise CheckpointError(
-            f"checkpoint {path} is unreadable ({e}); delete it to start over"
+            f"checkpoint {path} is unreadable ({error.why}); delete {path.parent} to start over"
         ) from None
+    problem = _meta_problem(meta)
+    if problem:
+        raise CheckpointError(
+            f"checkpoint {path} is unreadable ({problem}); delete {path.parent} to start over"
+        )
     return meta
 
 
-def verify(run_dir: Path, cfg: dict[str, Any], ranks: list[int] | None = None) -> dict | None:
+# The fields of latest.json and their types (a damaged or hand-edited file fails here, in one
+# line, not inside the workers).
+_META_FIELDS = {
+    "step": int,
+    "epoch": int,
+    "dir": str,
+    "world_size": int,
+    "files": dict,
+    "config": dict,
+}
+
+
+def _meta_problem(meta: dict) -> str | None:
+    if meta.get("format") != FORMAT:
+        return f"format {meta.get('format')!r}, this code reads format {FORMAT}"
+    for key, kind in _META_FIELDS.items():
+        if key not in meta:
+            return f"no {key!r}"
+        value = meta[key]
+        if not isinstance(value, kind) or isinstance(value, bool):
+            return f"{key!r} is not {'an integer' if kind is int else kind.__name__}: {value!r}"[
+                :200
+            ]
+    if meta["step"] < 0 or meta["world_size"] < 1:
+        return f"step {meta['step']} or world size {meta['world_size']} out of range"
+    if Path(meta["dir"]).name != meta["dir"] or not meta["dir"].startswith("step-"):
+        return f"'dir' is not a step directory: {meta['dir']!r}"
+    for rank, entry in meta["files"].items():
+        if not (
+            isinstance(entry, dict)
+            and isinstance(entry.get("sha256"), str)
+            and isinstance(entry.get("bytes"), int)
+        ):
+            return f"files[{rank!r}] has no sha256 and bytes"
+    return None
+
+
+def verify(
+    run_dir: Path, cfg: dict[str, Any], ranks: list[int] | None = None, load_files: bool = False
+) -> dict | None:
     """Check the latest checkpoint against this run (config, world size, files and digests of
-    `ranks`, all when None); return its description, or None when there is none."""
+    `ranks`, all when None); return its description, or None when there is none. `load_files`:
+    also load each file (a file can pass its digest and still not load: written by another
+    version of torch, or not a training state), so that a checkpoint that cannot be used is an
+    error before any worker starts."""
     meta = read_meta(run_dir)
     if meta is None:
         return None
@@ -164,23 +218,42 @@ def verify(run_dir: Path, cfg: dict[str, Any], ranks: list[int] | None = None) -
     for rank in range(meta["world_size"]) if ranks is None else ranks:
         entry = meta["files"].get(str(rank))
         path = where.parent / meta["dir"] / f"rank{rank}.pt"
-        if entry is None or not path.exists():
+        if entry is None or not path.is_file():
             raise CheckpointError(f"checkpoint file {path} is missing; delete {where.parent}")
         if path.stat().st_size != entry["bytes"] or _sha256(path) != entry["sha256"]:
             raise CheckpointError(
                 f"checkpoint file {path} is corrupt (size or sha256 differs from {where}); "
                 f"delete {where.parent} to start over"
             )
+        if load_files:
+            load(run_dir, meta, rank, whole=True)  # checked, then dropped: one at a time
     return meta
 
 
-def load(run_dir: Path, meta: dict, rank: int) -> dict[str, Any]:
-    """This worker's saved state (tensors and plain values only: `weights_only`)."""
+# What a worker's file holds (experiments/loop.py, capture()).
+STATE_KEYS = ("model", "optimizer", "algorithm", "rng", "clock", "ledger", "times", "position")
+
+
+def load(run_dir: Path, meta: dict, rank: int, whole: bool = False) -> dict[str, Any]:
+    """This worker's saved state (tensors and plain values only: `weights_only`); a
+    CheckpointError naming the file when it does not load, or (`whole`) is not a whole
+    training state (STATE_KEYS)."""
     path = Path(run_dir) / DIR / meta["dir"] / f"rank{rank}.pt"
     try:
-        return torch.load(path, map_location="cpu", weights_only=True)
+        state = torch.load(path, map_location="cpu", weights_only=True)
     except Exception as e:  # any unpickling failure is a corrupt file
-        raise CheckpointError(f"checkpoint file {path} is unreadable ({e})") from None
+        why = " ".join(str(e).split())[:200] or type(e).__name__
+        raise CheckpointError(
+            f"checkpoint file {path} is unreadable ({why}); delete {path.parent.parent} to "
+            "start over"
+        ) from None
+    missing = [k for k in STATE_KEYS if not isinstance(state, dict) or k not in state]
+    if whole and missing:
+        raise CheckpointError(
+            f"checkpoint file {path} is not a training state (no {missing[0]!r}); delete "
+            f"{path.parent.parent} to start over"
+        )
+    return state
 
 
 def save(
@@ -200,13 +273,13 @@ def save(
     root = Path(run_dir) / DIR
     name = f"step-{step:09d}"
     step_dir = root / name
-    step_dir.mkdir(parents=True, exist_ok=True)
+    try:
+        step_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as error:
+        raise OutputError(step_dir, error) from None
     path = step_dir / f"rank{rank}.pt"
-    tmp = step_dir / f".rank{rank}.pt.tmp"
-    torch.save(state, tmp)
-    with tmp.open("rb+") as f:
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    # temporary file, fsync, rename; on a failure (a full disk) no temporary is left behind
+    write_bytes_atomic(path, writer=lambda f: torch.save(state, f))
     entry = {"sha256": _sha256(path), "bytes": path.stat().st_size}
     entries: list[Any] = [entry]
     if world_size > 1:
@@ -245,15 +318,47 @@ def remove(run_dir: Path) -> None:
         shutil.rmtree(root)
 
 
-# The signals that ask a run to stop, and whether the job should requeue itself afterwards
-# (SLURM sends USR1/USR2 ahead of a time limit; TERM comes with preemption or scancel, where
-# SLURM itself decides about requeueing; INT is Ctrl-C).
-STOP_SIGNALS = {
-    signal.SIGUSR1: True,
-    signal.SIGUSR2: True,
-    signal.SIGTERM: False,
-    signal.SIGINT: False,
+@dataclass(frozen=True)
+class Stop:
+    """What one signal asks of a run: stop at the next step the workers agree on, with a
+    checkpoint, and say so (`sender`: who sends it). The run's summary then says `failed` with
+    `interrupted by <SIGNAL> at step <n>; checkpoint saved: rerun to resume` and an
+    `interrupted` entry; run.py exits with code 3 (experiments/errors.py). `requeue`: rank 0
+    then requeues the SLURM job (`scontrol requeue`), whose next start resumes."""
+
+    sender: str
+    requeue: bool
+
+
+# The one table of the signals a cluster or a terminal sends (README.md, "Failures, exit codes,
+# determinism"). Ctrl-C (SIGINT) checkpoints only with `checkpoint_every` > 0; without it, and
+# at a second Ctrl-C, the run stops at once (exit code 130; the last checkpoint, if any, stays
+# for a rerun). A stop signal that comes before the workers train (start-up) stops the run the
+# same way at its first safe step; one that comes while run.py has started no worker yet ends
+# it at once, with the record saying so (nothing to save: a rerun starts it). SIGKILL cannot be
+# caught: the summary stays `running` and `analysis.status` reports the run as failed once its
+# heartbeat is stale.
+STOPS: dict[signal.Signals, Stop] = {
+    signal.SIGUSR1: Stop("SLURM's time-limit warning (sbatch --signal=USR1@120)", requeue=True),
+    signal.SIGUSR2: Stop("submitit's time-limit warning", requeue=True),
+    signal.SIGTERM: Stop("preemption, scancel, kill, a container stopping", requeue=False),
+    signal.SIGHUP: Stop("the terminal closed (a lost ssh session)", requeue=False),
+    signal.SIGINT: Stop("Ctrl-C", requeue=False),
 }
+STOP_SIGNALS = {sig: stop.requeue for sig, stop in STOPS.items()}
+
+
+def detach_closed_terminal() -> None:
+    """After SIGHUP: the terminal is gone and writing to it fails (EIO), so the process's
+    stdout and stderr that were that terminal now go to /dev/null; a file or a pipe stays."""
+    for fd in (1, 2):
+        try:
+            if os.isatty(fd):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, fd)
+                os.close(devnull)
+        except OSError:
+            pass
 
 
 class Stopper:
@@ -320,13 +425,19 @@ class Stopper:
         if signum == signal.SIGINT and (self.flag or not self.checkpoint_on_interrupt):
             # a second Ctrl-C, or one while checkpointing is off: stop now, no checkpoint
             raise KeyboardInterrupt
+        if signum == signal.SIGHUP:
+            detach_closed_terminal()
         name = signal.Signals(signum).name
+        if not self.flag and self.rank == 0:  # one line for all (each rank records it)
+            try:
+                print(
+                    f"rank {self.rank}: {name}: stopping at the next safe step with a checkpoint",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            except OSError:  # no console to say it on: the record says it
+                pass
         if not self.flag:
-            print(
-                f"rank {self.rank}: {name}: stopping at the next safe step with a checkpoint",
-                file=sys.stderr,
-                flush=True,
-            )
             self.signal_name = name
         self.flag = max(self.flag, 2 if STOP_SIGNALS[signum] else 1)
 

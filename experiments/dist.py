@@ -14,6 +14,7 @@ is still using (ecosystem.md: aborts at teardown).
 from __future__ import annotations
 
 import os
+import re
 import signal
 import socket
 import sys
@@ -26,7 +27,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from experiments.errors import Cancelled, UserError, WorkerFailed
+from experiments.errors import UserError
 
 
 @dataclass
@@ -193,8 +194,6 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-# Signals the launcher passes on to its spawned workers (experiments/checkpoint.py acts on them).
-FORWARDED = (signal.SIGINT, signal.SIGTERM, signal.SIGUSR1, signal.SIGUSR2)
 CONTROL_TIMEOUT_S = 600.0  # the control group's collectives (set-up barrier, checkpoints)
 GRACE_S = 3.0  # after a worker failed: the others' time to stop alone, then SIGTERM, then SIGKILL
 
@@ -226,74 +225,241 @@ def note_failure(rank: int) -> None:
         _failures = None
 
 
-def spawn(fn: Callable, nprocs: int, args: tuple) -> bool:
-    """Run `fn(rank, nprocs, *args)` in `nprocs` new processes on this machine, forked from a
-    forkserver with torch and the suite imported (experiments/startup.py).
+def forwarded_signals() -> tuple[signal.Signals, ...]:
+    """The signals the launcher passes on to its spawned workers: the stop signals of
+    experiments/checkpoint.py (STOPS), which the workers act on."""
+    from experiments.checkpoint import STOPS
 
-    `torch.multiprocessing` joins them and, when one fails, terminates the others and raises
-    (`ProcessRaisedException` / `ProcessExitedException`). The workers run in their own process
-    group (`become_spawned_worker`), so a Ctrl-C in the terminal reaches this process only, and
-    it forwards each stop signal exactly once to every worker. Returns whether a Ctrl-C came.
+    return tuple(STOPS)
+
+
+def spawn(fn: Callable, nprocs: int, args: tuple) -> list[int]:
+    """Run `fn(rank, nprocs, *args)` in `nprocs` fresh processes on this machine; return the
+    stop signals forwarded to them, in the order they came.
+
+    The workers run in their own process group (`become_spawned_worker`), so a Ctrl-C in the
+    terminal reaches this process only, and it forwards each stop signal exactly once to every
+    worker. They start with the stop signals blocked (the mask survives fork and exec) and
+    unblock them once their handlers are in place (`unblock_stop_signals`): a stop that comes
+    while they start up waits for them, and is a stop at their first safe step, never a worker
+    killed mid-import. When a worker fails, the others get GRACE_S to stop on their own (a dead
+    peer makes their collectives fail at once), then SIGTERM, then SIGKILL: none is left
+    behind. A failure is raised as one exception saying what happened (`_failure`): a worker
+    that stopped answering (the others timed out waiting for it: the one still alive after the
+    grace), the one-line error of a worker (experiments/errors.py, OneLine), or the first
+    worker's exception or signal.
     """
+    from multiprocessing import resource_tracker
+
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(free_port())
     from experiments import startup
 
     method = startup.start_method()
+    stops = forwarded_signals()
+    # multiprocessing starts its resource tracker at the first spawn, unblocking SIGINT and
+    # SIGTERM in this thread afterwards: start it first.
+    resource_tracker.ensure_running()
     # Which worker failed first: when a worker fails, its peers' collectives fail at once too,
     # and the forkserver may report both exits in the same poll.
-    failures = startup.context() if method == "forkserver" else mp.get_context(method)
-    failures = failures.SimpleQueue()
-    context = mp.start_processes(
-        _entry,
-        args=(nprocs, dict(os.environ), failures, fn, *args),
-        nprocs=nprocs,
-        join=False,
-        start_method=method,
-    )
+    ctx = startup.context() if method == "forkserver" else mp.get_context(method)
+    failures = ctx.SimpleQueue()
+    interrupted: list[int] = []
+    unsent: list[int] = []  # noted before the workers existed
+    processes: list = []
 
     def forward(signum, frame) -> None:
-        for process in context.processes:
-            if process.is_alive() and process.pid is not None:
-                try:
-                    os.kill(process.pid, signum)
-                except ProcessLookupError:
-                    pass
+        interrupted.append(signum)
+        if signum == signal.SIGHUP:
+            from experiments.checkpoint import detach_closed_terminal
 
-    interrupted = []
+            detach_closed_terminal()
+        if processes:
+            _send(processes, signum)
+        else:
+            unsent.append(signum)
 
-    def forward_and_note(signum, frame) -> None:
-        if signum == signal.SIGINT:
-            interrupted.append(signum)
-        forward(signum, frame)
-
-    previous = {sig: signal.signal(sig, forward_and_note) for sig in FORWARDED}
+    # The handlers first (they note and forward, never raise: a KeyboardInterrupt in the middle
+    # of starting a worker would leave it half-started), then the workers, started with the
+    # stop signals blocked; a stop noted before they existed is forwarded once they do. (A
+    # handler runs between two Python instructions of this thread: before or after
+    # `processes` is set, never during.)
+    previous = {sig: signal.signal(sig, forward) for sig in stops}
     try:
-        # When a worker fails, the others get GRACE_S to stop on their own (a dead peer makes
-        # their collectives fail at once), then SIGTERM, then SIGKILL: none is left behind.
-        while not context.join(timeout=0.5, grace_period=GRACE_S):
-            pass
-    except mp.ProcessRaisedException as e:
-        first = _first_failure(failures)
-        if first is not None and first != e.error_index:
-            e = _raised(context, first) or e
-        trace = str(e).split("terminated with the following error:\n", 1)[-1].rstrip()
-        cause = trace.splitlines()[-1] if trace else "an exception"
-        if interrupted and cause.startswith("KeyboardInterrupt"):
-            raise Cancelled("interrupted by Ctrl-C (no checkpoint: checkpoint_every=0)") from None
-        message = f"worker {e.error_index} (rank {e.error_index}) failed: {cause}"
-        raise WorkerFailed(message, trace) from None
-    except mp.ProcessExitedException as e:
-        how = f"was killed by {e.signal_name}" if e.signal_name else f"exited with {e.exit_code}"
-        if interrupted:
-            raise Cancelled(f"interrupted by Ctrl-C (worker {e.error_index} {how})") from None
-        raise WorkerFailed(f"worker {e.error_index} (rank {e.error_index}) {how}") from None
+        mask = signal.pthread_sigmask(signal.SIG_BLOCK, stops)
+        try:
+            # (a forkserver started now inherits the mask, and so do the workers it forks;
+            # startup.warm starts it under the same mask)
+            context = mp.start_processes(
+                _entry,
+                args=(nprocs, dict(os.environ), failures, fn, *args),
+                nprocs=nprocs,
+                join=False,
+                start_method=method,
+            )
+            processes[:] = context.processes
+        finally:
+            signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        while unsent:
+            _send(processes, unsent.pop(0))
+        failed = _join(context, GRACE_S, failures)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+    if failed is not None:
+        raise _failure(context, failed, interrupted)
     # torch's spawn wrapper ends a worker stopped by Ctrl-C with exit code 0: the caller reads
     # the run's record to tell a checkpointed stop from a cancelled run.
-    return bool(interrupted)
+    return interrupted
+
+
+def _send(processes: list, signum: int) -> None:
+    for process in processes:
+        if process.is_alive() and process.pid is not None:
+            try:
+                os.kill(process.pid, signum)
+            except ProcessLookupError:
+                pass
+
+
+def unblock_stop_signals() -> None:
+    """In a worker, once its stop-signal handlers are in place: let the signals `spawn` held
+    back while it started come in."""
+    signal.pthread_sigmask(signal.SIG_UNBLOCK, forwarded_signals())
+
+
+@dataclass
+class _Failed:
+    index: int  # the worker that failed first
+    lingering: list[int]  # the workers still alive GRACE_S after it (then ended)
+
+
+def _join(context, grace: float, failures=None) -> _Failed | None:
+    """Wait for every worker; at the first that fails, give the others `grace` seconds to stop,
+    note which are still alive without having failed, end them (SIGTERM, then SIGKILL) and
+    return what happened. (torch's ProcessContext.join does the same but forgets who lingered.)
+    A worker has failed when it exited non-zero or wrote its error file: one that wrote it can
+    still be stuck on its way out (gloo's destructor waits for a peer that stopped)."""
+    from multiprocessing.connection import wait
+
+    processes = context.processes
+    pending = {p.sentinel: i for i, p in enumerate(processes)}
+
+    def reported(i: int) -> bool:
+        try:
+            return os.path.getsize(context.error_files[i]) > 0
+        except OSError:
+            return False
+
+    first = None
+    while pending and first is None:
+        for sentinel in wait(list(pending), timeout=0.5):
+            index = pending.pop(sentinel)
+            processes[index].join()
+            if processes[index].exitcode != 0 and first is None:
+                first = index
+        if first is None:
+            first = next((i for i in pending.values() if reported(i)), None)
+    if first is None:
+        return None
+    deadline = time.monotonic() + grace
+    for p in processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+    lingering = [i for i, p in enumerate(processes) if p.is_alive() and not reported(i)]
+    # The workers' own notes say who failed first: the exits of a failed worker and of the
+    # peers it brought down can come in the same poll.
+    noted = _first_failure(failures) if failures is not None else None
+    if noted is not None:
+        first = noted
+    for p in processes:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + grace
+    for p in processes:
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in processes:
+        if p.is_alive():
+            p.kill()
+        p.join()
+    return _Failed(first, lingering)
+
+
+TIMED_OUT = re.compile(r"timed out|timeout", re.IGNORECASE)
+
+
+def _failure(context, failed: _Failed, interrupted: list[int]) -> Exception:
+    """The exception that says how the workers failed (see `spawn`)."""
+    import pickle
+
+    from experiments import errors
+
+    index = failed.index
+    process = context.processes[index]
+    trace = None
+    try:
+        with open(context.error_files[index], "rb") as f:
+            trace = pickle.load(f)
+    except (OSError, EOFError, pickle.UnpicklingError):
+        pass
+    if trace is not None:
+        trace = str(trace).rstrip()
+        cause = trace.splitlines()[-1] if trace else "an exception"
+        if interrupted and cause.startswith("KeyboardInterrupt"):
+            return errors.Cancelled("interrupted by Ctrl-C")
+        if failed.lingering and TIMED_OUT.search(cause):
+            hung = ", ".join(f"worker {i} (rank {i})" for i in failed.lingering)
+            return errors.WorkerHung(
+                f"{hung} stopped answering: rank {index} timed out waiting for it ({_short(cause)})"
+            )
+        one_line = _one_line(cause)
+        if one_line is not None:
+            return one_line
+        return errors.WorkerFailed(f"worker {index} (rank {index}) failed: {cause}", trace)
+    code = process.exitcode
+    how = f"exited with {code}"
+    if code is not None and code < 0:
+        try:
+            how = f"was killed by {signal.Signals(-code).name}"
+        except ValueError:
+            how = f"was killed by signal {-code}"
+    if signal.SIGINT in interrupted:
+        return errors.Cancelled(f"interrupted by Ctrl-C (worker {index} {how})")
+    if code is not None and -code in interrupted:  # the stop signal itself, not a crash
+        name = signal.Signals(-code).name
+        return errors.Interrupted(
+            f"interrupted by {name}; no checkpoint (checkpoint.on_signal=false): a rerun "
+            "starts over"
+        )
+    return errors.WorkerFailed(f"worker {index} (rank {index}) {how}")
+
+
+def _short(text: str, limit: int = 160) -> str:
+    """`text` on one line, without the C++ source location of torch's messages."""
+    text = re.sub(r"\[[^\]\s]*\.(?:cc|cpp|h|hpp):\d+\] ", "", " ".join(text.split()))
+    return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+def _one_line(cause: str) -> Exception | None:
+    """The worker's own one-line error (a OneLine subclass of experiments/, its message all the
+    user needs: a UserError, a full disk), rebuilt from the last line of its traceback
+    (`<module>.<Class>: <message>`); None for anything else."""
+    import importlib
+
+    from experiments.errors import OneLine
+
+    match = re.match(r"((?:experiments|algorithms)(?:\.\w+)+)\.(\w+): (.*)$", cause)
+    if not match:
+        return None
+    module, name, message = match.groups()
+    try:
+        cls = getattr(importlib.import_module(module), name)
+    except (ImportError, AttributeError):
+        return None
+    if not (isinstance(cls, type) and issubclass(cls, OneLine)):
+        return None
+    error = OneLine.__new__(cls)
+    Exception.__init__(error, message)
+    return error
 
 
 def _first_failure(failures) -> int | None:
@@ -302,20 +468,6 @@ def _first_failure(failures) -> int | None:
     while not failures.empty():
         noted.append(failures.get())
     return min(noted)[1] if noted else None
-
-
-def _raised(context, rank: int) -> mp.ProcessRaisedException | None:
-    """torch's exception for worker `rank` (its traceback from its error file), if it raised."""
-    import pickle
-
-    try:
-        with open(context.error_files[rank], "rb") as f:
-            trace = pickle.load(f)
-    except (OSError, EOFError, pickle.UnpicklingError, IndexError):
-        return None
-    pid = context.processes[rank].pid
-    msg = f"\n\n-- Process {rank} terminated with the following error:\n{trace}"
-    return mp.ProcessRaisedException(msg, rank, pid)
 
 
 def become_spawned_worker() -> None:

@@ -1,12 +1,22 @@
 """What is checked before a run directory exists, and how any config error reads: one line.
 
 `check(config)` takes a composed config (with its `hydra` node) and checks, in order: keys that
-no schema declares (Hydra lets `+key=value` add them), interpolations (`tau=${oops}`), every
-value (`experiments.runner.validate`), the launcher's world size against `workers`, W&B
-credentials for `wandb.mode=online`, and the output root. It returns the run's directory and
-identity. A single run calls it from the Hydra callback `Preflight` (conf/config.yaml:
-`hydra.callbacks`), after Hydra composed the config and before it creates the run directory;
-a sweep calls it for every point (hydra_plugins/commsgd_sweeper), before launching any.
+no schema declares (Hydra lets `+key=value` add them), interpolations (`tau=${oops}`), and then
+`check_job`: every value (`experiments.runner.validate`), the model (built on the `meta` device,
+no memory), the data and its partition, the fault-injection variable, W&B credentials for
+`wandb.mode=online`, the devices the backend needs, and what a launcher (torchrun, srun)
+decided against what the config says (world size, nodes, workers per node, GPUs); then the
+output root. It returns the run's directory and identity. A single run calls it from the Hydra
+callback `Preflight` (conf/config.yaml: `hydra.callbacks`), after Hydra composed the config and
+before it creates the run directory; a sweep calls it for every point
+(hydra_plugins/commsgd_sweeper), before launching any; the run itself
+(experiments/runner.py) calls `check_job` again before any worker starts, for a job that runs
+elsewhere (a SLURM array task): it costs nothing more in the same process (the data is cached).
+
+The output root is resolved once, by the `out_dir` resolver (experiments/__init__.py: `~`
+expanded, made absolute, refused when empty, holding control characters or a component longer
+than 255 bytes); the run directory Hydra makes, the one checked here and the one the run writes
+are that one path.
 
 `describe(exception)` turns what Hydra and OmegaConf raise while composing or resolving (an
 unknown key, a wrong type, a value outside an enum, an unknown group option, a malformed
@@ -31,7 +41,10 @@ from omegaconf import DictConfig
 
 from experiments.errors import UserError
 
-MIN_FREE_MB = float(os.environ.get("COMMSGD_MIN_FREE_MB", 100))  # below: the output disk is full
+
+def min_free_mb() -> float:
+    """Below this many MB free, the output disk is full (COMMSGD_MIN_FREE_MB, default 100)."""
+    return float(os.environ.get("COMMSGD_MIN_FREE_MB", 100))
 
 
 @dataclass(frozen=True)
@@ -49,21 +62,78 @@ def check(config: DictConfig, sweep: bool = False) -> Point:
     `hydra.sweep.dir/hydra.sweep.subdir` rather than `hydra.run.dir`."""
     from experiments import resolved_job
     from experiments.identity import digest
-    from experiments.runner import validate
     from experiments.schema import check_keys
 
     check_keys(config)
+    check_present(config)
+    check_preset(config)
     plain = resolved_job(config)
-    validate(plain)
-    if not sweep:  # a sweep's jobs run elsewhere (a SLURM array): each job checks its own
-        check_world_size(plain["workers"])
-    check_wandb(plain)
+    # A sweep's jobs may run elsewhere (cluster=slurm: a SLURM array): what depends on the
+    # machine that runs the workers (data files, GPUs, the launcher) is each job's to check.
+    here = not (sweep and plain["cluster"]["name"] != "local")
+    check_job(plain, launcher=None if sweep else launcher_env(), local=here)
     if sweep:
         run_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
     else:
         run_dir = Path(str(config.hydra.run.dir))
     check_output_root(run_dir.parent)
+    check_run_dir_name(run_dir)
     return Point(run_dir=run_dir.absolute(), digest=digest(plain), config=plain)
+
+
+def check_preset(config: DictConfig) -> None:
+    """`experiment` is an optional group (conf/config.yaml: `optional experiment: null`): Hydra
+    silently skips an option it cannot find, so `experiment=tabel1` would run the default
+    config under no preset. A named preset must exist."""
+    try:
+        chosen = config.hydra.runtime.choices.get("experiment")
+    except Exception:  # no hydra node (a config composed without it): nothing to check
+        return
+    if chosen in (None, "null"):
+        return
+    conf = Path(__file__).resolve().parents[1] / "conf" / "experiment"
+    presets = sorted(p.stem for p in conf.glob("*.yaml"))
+    if str(chosen) not in presets:
+        raise UserError(f"unknown experiment {str(chosen)!r}; choose from {', '.join(presets)}")
+
+
+def check_present(cfg: DictConfig, prefix: str = "") -> None:
+    """Every key the schema declares must be there: `~key` on the command line deletes one,
+    and every run needs it (a UserError naming it, not a KeyError inside the checks)."""
+    import dataclasses
+
+    from omegaconf import OmegaConf
+
+    schema = OmegaConf.get_type(cfg)
+    if not dataclasses.is_dataclass(schema):
+        return
+    for f in dataclasses.fields(schema):
+        if f.name not in cfg:
+            key = f"{prefix}{f.name}"
+            raise UserError(f"{key} is missing (`~{key}` deletes it): every run needs a value")
+        node = cfg._get_node(f.name)
+        if isinstance(node, DictConfig) and not node._is_none() and not node._is_missing():
+            check_present(node, f"{prefix}{f.name}.")
+
+
+def check_job(plain: dict[str, Any], launcher: Launcher | None, local: bool = True) -> None:
+    """Every check of a resolved job config `plain` that needs no run directory: values, the
+    model, the fault-injection variable, W&B, and, where the workers run on this machine
+    (`local`), the data, the devices and the `launcher` (None: run.py starts the workers)."""
+    from experiments import faults
+    from experiments.runner import check_data, check_model, validate
+
+    validate(plain)
+    faults.check(plain["workers"])
+    check_wandb(plain)
+    if launcher is not None:
+        check_launcher(plain, launcher)
+    if local:
+        bundle, _ = check_data(plain)
+        check_model(plain, bundle.in_channels, bundle.num_classes)
+        check_devices(plain, launcher)
+    else:
+        check_model(plain, None, None)
 
 
 class Preflight(Callback):
@@ -82,15 +152,71 @@ class Preflight(Callback):
 # --- the checks -----------------------------------------------------------------------------
 
 
+@dataclass(frozen=True)
+class Launcher:
+    """What a launcher that started this process as one worker decided: how many workers in
+    all, on how many nodes, how many on this node (None: not said)."""
+
+    name: str  # torchrun | srun
+    world_size: int
+    rank: int
+    nodes: int | None
+    local_world_size: int | None
+
+
+def launcher_env(env: dict[str, str] | None = None) -> Launcher | None:
+    """The launcher that started this process (torchrun: RANK/WORLD_SIZE, LOCAL_WORLD_SIZE,
+    GROUP_WORLD_SIZE; srun: SLURM_NTASKS > 1, SLURM_PROCID, SLURM_NNODES), or None when run.py
+    will start the workers itself. A value that is not a number is a UserError."""
+    env = dict(os.environ if env is None else env)
+
+    def number(key: str, default: str | None = None) -> int | None:
+        text = env.get(key, default)
+        if text is None or text == "":
+            return None
+        try:
+            return int(text)
+        except ValueError:
+            raise UserError(
+                f"the launcher's {key}={text!r} is not a number; unset it to let run.py start "
+                "the workers"
+            ) from None
+
+    if "RANK" in env and "WORLD_SIZE" in env:
+        launcher = Launcher(
+            name="torchrun",
+            world_size=number("WORLD_SIZE") or 0,
+            rank=number("RANK") or 0,
+            nodes=number("GROUP_WORLD_SIZE"),
+            local_world_size=number("LOCAL_WORLD_SIZE"),
+        )
+    elif (number("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_PROCID" in env:
+        nodes = number("SLURM_STEP_NUM_NODES") or number("SLURM_NNODES")
+        per_node = None
+        if nodes:
+            per_node = -(-(number("SLURM_NTASKS") or 0) // nodes)
+        launcher = Launcher(
+            name="srun",
+            world_size=number("SLURM_NTASKS") or 0,
+            rank=number("SLURM_PROCID") or 0,
+            nodes=nodes,
+            local_world_size=per_node,
+        )
+    else:
+        return None
+    if launcher.world_size < 1 or not 0 <= launcher.rank < launcher.world_size:
+        raise UserError(
+            f"the launcher ({launcher.name}) says rank {launcher.rank} of {launcher.world_size} "
+            "workers: not a valid rank"
+        )
+    return launcher
+
+
 def launcher_world_size() -> int | None:
     """How many workers a launcher started this process among (torchrun: WORLD_SIZE; srun:
     SLURM_NTASKS), or None when run.py will start the workers itself."""
-    env = os.environ
-    if "RANK" in env and "WORLD_SIZE" in env:
-        return int(env["WORLD_SIZE"])
-    if int(env.get("SLURM_NTASKS", "1")) > 1 and "SLURM_PROCID" in env:
-        return int(env["SLURM_NTASKS"])
-    return None
+    launcher = launcher_env()
+    return launcher.world_size if launcher is not None else None
 
 
 def check_world_size(workers: int, world_size: int | None = None) -> None:
@@ -103,6 +229,68 @@ def check_world_size(workers: int, world_size: int | None = None) -> None:
             f"the launcher started {world_size} workers but workers={workers}: give run.py "
             f"workers={world_size}, or start {workers} processes (torchrun --nproc-per-node, "
             "srun --ntasks)"
+        )
+
+
+def check_launcher(cfg: dict[str, Any], launcher: Launcher) -> None:
+    """What the launcher decided must be what the config says, or the record would describe
+    another run: the world size (`workers`), and with cluster=slurm the node count
+    (`cluster.nodes`) and the workers per node (`cluster.tasks_per_node`); a launcher that
+    spreads the workers over several nodes needs cluster=slurm (cluster=local is one
+    machine)."""
+    check_world_size(cfg["workers"], launcher.world_size)
+    cluster = cfg["cluster"]
+    how = "srun --nodes" if launcher.name == "srun" else "torchrun --nnodes"
+    if cluster.get("name") == "slurm":
+        if launcher.nodes is not None and launcher.nodes != cluster["nodes"]:
+            raise UserError(
+                f"the launcher ({launcher.name}) runs the workers on {launcher.nodes} node(s) but "
+                f"cluster.nodes={cluster['nodes']}: give run.py cluster.nodes={launcher.nodes}, "
+                f"or start it on {cluster['nodes']} node(s) ({how})"
+            )
+        per_node = launcher.local_world_size
+        if per_node is not None and per_node != cluster["tasks_per_node"]:
+            raise UserError(
+                f"the launcher ({launcher.name}) runs {per_node} workers per node but "
+                f"cluster.tasks_per_node={cluster['tasks_per_node']}: give run.py "
+                f"cluster.tasks_per_node={per_node}"
+            )
+    elif launcher.nodes is not None and launcher.nodes > 1:
+        raise UserError(
+            f"the launcher ({launcher.name}) runs the workers on {launcher.nodes} nodes but "
+            f"cluster={cluster.get('name')} is one machine: give run.py cluster=slurm "
+            f"cluster.nodes={launcher.nodes}"
+        )
+
+
+def visible_gpus() -> int:
+    """How many CUDA devices this process can use (0 without CUDA)."""
+    import torch
+
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def check_devices(cfg: dict[str, Any], launcher: Launcher | None) -> None:
+    """The devices the config asks for must be on this machine: `cluster.backend=nccl` needs a
+    GPU per worker on the node (experiments/dist.py, gpu_index); under SLURM, a job that asked
+    for `cluster.gpus_per_node` GPUs must see some."""
+    from experiments.dist import gpu_index
+
+    cluster = cfg["cluster"]
+    local = cfg["workers"] if launcher is None else (launcher.local_world_size or 1)
+    gpus = visible_gpus()
+    if cluster["backend"] == "nccl" and gpu_index(0, local) is None:
+        raise UserError(
+            f"cluster.backend=nccl needs a GPU per worker: {gpus} visible for {local} workers "
+            "on this machine; use cluster.backend=gloo (or auto: nccl when the GPUs are there)"
+        )
+    wanted = cluster.get("gpus_per_node")
+    # Each task may see only its own GPU (SLURM's per-task binding, experiments/dist.py): a
+    # task that sees none while the job asked for GPUs is the mismatch.
+    if launcher is not None and launcher.name == "srun" and wanted and gpus == 0:
+        raise UserError(
+            f"cluster.gpus_per_node={wanted} but this task of the job sees no GPU "
+            "(CUDA_VISIBLE_DEVICES): the job did not get them; check the sbatch GPU request"
         )
 
 
@@ -136,13 +324,29 @@ def check_output_root(runs: Path) -> None:
         with tempfile.NamedTemporaryFile(dir=runs, prefix=".write-test-"):
             pass
     except OSError as e:
-        raise UserError(f"output directory {runs} is not writable: {e.strerror}") from None
-    free_mb = shutil.disk_usage(runs).free / 2**20
-    if free_mb < MIN_FREE_MB:
+        why = e.strerror or type(e).__name__
+        raise UserError(f"output directory {runs} is not writable: {why}") from None
+    free_mb, needed = shutil.disk_usage(runs).free / 2**20, min_free_mb()
+    if free_mb < needed:
         raise UserError(
             f"output directory {runs} is full: {free_mb:.1f} MB free, a run needs at least "
-            f"{MIN_FREE_MB:.0f} MB (COMMSGD_MIN_FREE_MB)"
+            f"{needed:.0f} MB (COMMSGD_MIN_FREE_MB)"
         )
+
+
+NAME_MAX = 255  # bytes of one path component (Linux, macOS)
+
+
+def check_run_dir_name(run_dir: Path) -> None:
+    """The run directory's own name must fit a file name (its readable part is capped by
+    experiments/identity.py; an `hydra.run.dir` set by hand may not be)."""
+    for part in run_dir.parts:
+        if len(part.encode("utf-8", "surrogateescape")) > NAME_MAX:
+            raise UserError(
+                f"the run directory's path has a component of "
+                f"{len(part.encode('utf-8', 'surrogateescape'))} bytes ({part[:40]}...): at "
+                f"most {NAME_MAX} bytes"
+            )
 
 
 # --- one line per error ---------------------------------------------------------------------
@@ -176,7 +380,13 @@ def describe(error: BaseException) -> str:
             group, _, option = str(e.missing_cfg_file).rpartition("/")
             return f"unknown {group} {option!r}; choose from {', '.join(sorted(e.options))}"
         if isinstance(e, OverrideParseException):
-            return f"cannot read the override {e.override!r}: {_first(e)}"
+            hint = ""
+            if re.search(r"[^\x00-\x7f]|[~ ]", str(e.override or "")):
+                key, _, value = str(e.override).partition("=")
+                hint = (
+                    f" (quote a value holding `~`, spaces or non-ASCII characters: {key}='{value}')"
+                )
+            return f"cannot read the override {e.override!r}: {_first(e)}{hint}"
     for e in chain:
         if not isinstance(e, OmegaConfBaseException):
             continue

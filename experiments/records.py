@@ -15,10 +15,19 @@ status `completed` is written last, after everything else is on disk. Files get 
 user's umask gives new files (a lab sharing a project folder can read each other's records).
 A finished record is never overwritten: `rerun=true` moves it to
 `<out_root>/runs/.superseded/<name>-<time>/` first (`supersede`).
+
+Failures: a write that fails (a full disk, an I/O error) removes its temporary file and raises
+an OutputError naming the file (`disk full writing <file>`); `.reserve`, a small file made when
+the run starts, is released so that the run's final summary (`failed` and why) still fits on a
+full disk (`reserve`). Reading: each file has one validated reader (`read_summary`,
+`read_json_object`); a file that is not what the suite writes is a DamagedRecord naming it,
+never a traceback, and a finished run whose record is damaged is never recomputed over
+(`finished_status`).
 """
 
 from __future__ import annotations
 
+import errno
 import json
 import os
 import platform
@@ -29,7 +38,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from experiments.errors import UserError
+from experiments.errors import OutputError, UserError
 
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
@@ -59,19 +68,58 @@ def file_mode() -> int:
 
 def write_text_atomic(path: Path, text: str) -> None:
     """Replace `path` by `text` all at once: a temporary file in the same directory, flushed to
-    disk, then renamed over it. A crash (or a full disk) leaves the previous file intact."""
+    disk, then renamed over it. A crash (or a full disk) leaves the previous file intact and no
+    temporary behind; a failed write is an OutputError naming `path` (`disk full writing ...`)."""
+    write_bytes_atomic(path, text.encode("utf-8"))
+
+
+def write_bytes_atomic(path: Path, data: bytes | None = None, writer=None) -> None:
+    """`write_text_atomic` for bytes, or for what `writer(file)` writes (torch.save)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    tmp = None
     try:
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
         os.fchmod(fd, file_mode())
-        with os.fdopen(fd, "w") as f:
-            f.write(text)
+        with os.fdopen(fd, "wb") as f:
+            if writer is None:
+                f.write(data or b"")
+            else:
+                recording = _Recording(f)
+                try:
+                    writer(recording)
+                except RuntimeError:
+                    # torch.save turns the OSError of a write into an opaque RuntimeError
+                    if recording.error is not None:
+                        raise recording.error from None
+                    raise
             f.flush()
             os.fsync(f.fileno())
         os.replace(tmp, path)
+    except OSError as error:
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
+        raise OutputError(path, error) from None
     except BaseException:
-        Path(tmp).unlink(missing_ok=True)
+        if tmp is not None:
+            Path(tmp).unlink(missing_ok=True)
         raise
+
+
+class _Recording:
+    """A file that remembers the OSError of a failed write (for `write_bytes_atomic`)."""
+
+    def __init__(self, f):
+        self.f, self.error = f, None
+
+    def write(self, data) -> int:
+        try:
+            return self.f.write(data)
+        except OSError as error:
+            self.error = error
+            raise
+
+    def flush(self) -> None:
+        self.f.flush()
 
 
 def write_json_atomic(path: Path, obj: Any) -> None:
@@ -86,28 +134,110 @@ def _jsonable(x: Any) -> Any:
     raise TypeError(f"not JSON serialisable: {type(x).__name__}")
 
 
-def read_summary(run_dir: Path) -> dict | None:
-    path = Path(run_dir) / SUMMARY
-    if not path.exists():
-        return None
+# --- reading: one validated reader per file ---------------------------------------------------
+
+
+class DamagedRecord(UserError, ValueError):
+    """A record file that cannot be used: `path`, and `why` in a few words. A UserError: run.py
+    refuses to go on over it (one line, exit code 2); the analysis skips its run with a
+    warning (analysis/load.py)."""
+
+    def __init__(self, path: str | os.PathLike, why: str) -> None:
+        super().__init__(f"{path}: {why}")
+        self.path, self.why = Path(path), why
+
+    def __reduce__(self):
+        return (type(self), (str(self.path), self.why))
+
+
+def read_text(path: Path) -> str:
+    """A record file's text; a DamagedRecord when it is not UTF-8 (binary garbage, a disk
+    error's zeros) or is not a readable file (a directory in its place)."""
+    path = Path(path)
     try:
-        return json.loads(path.read_text())
-    except json.JSONDecodeError:
+        return path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as error:
+        raise DamagedRecord(path, f"not UTF-8 text (byte {error.start})") from None
+    except IsADirectoryError:
+        raise DamagedRecord(path, "a directory, not a file") from None
+    except OSError as error:
+        if isinstance(error, FileNotFoundError):
+            raise
+        raise DamagedRecord(path, f"unreadable ({error.strerror or error})") from None
+
+
+def read_json_object(path: Path) -> dict:
+    """A record file that must hold one JSON object; a DamagedRecord saying what is wrong."""
+    text = read_text(path)
+    if not text.strip():
+        raise DamagedRecord(path, "empty")
+    try:
+        value = json.loads(text)
+    except ValueError as error:
+        raise DamagedRecord(path, f"not JSON ({error})") from None
+    if not isinstance(value, dict):
+        raise DamagedRecord(path, f"not a JSON object but {kind(value)}")
+    return value
+
+
+def kind(value: Any) -> str:
+    """How a message names the type of a JSON value."""
+    if isinstance(value, bool):
+        return "a boolean"
+    if value is None:
+        return "null"
+    if isinstance(value, int | float):
+        return "a number"
+    return {list: "a list", str: "a string", dict: "an object"}.get(
+        type(value), type(value).__name__
+    )
+
+
+STATUSES = ("running", "completed", "diverged", "failed")
+
+
+def read_summary(run_dir: Path) -> dict | None:
+    """The run's `summary.json`: None when there is none, else a JSON object with a `status`
+    among STATUSES; a DamagedRecord naming the file otherwise."""
+    path = Path(run_dir) / SUMMARY
+    try:
+        summary = read_json_object(path)
+    except FileNotFoundError:
         return None
+    status = summary.get("status")
+    if status not in STATUSES:
+        raise DamagedRecord(path, f"no status among {', '.join(STATUSES)} (status: {status!r})")
+    return summary
 
 
 def is_finished(run_dir: Path) -> bool:
     """True when the run ended with a result that must not be recomputed or overwritten."""
-    summary = read_summary(run_dir)
+    try:
+        summary = read_summary(run_dir)
+    except DamagedRecord:
+        return False
     return bool(summary) and summary.get("status") in FINISHED
 
 
-def finished_status(run_dir: Path, digest: str) -> str | None:
+def finished_status(run_dir: Path, digest: str, rerun: bool = False) -> str | None:
     """The status of the finished run in `run_dir` when it is the run of identity `digest`;
     None when the directory holds no finished run. A finished record of another identity (a
     digest collision, or a record edited by hand) is a UserError: it is never reused nor
-    overwritten."""
-    summary = read_summary(run_dir)
+    overwritten. So is a damaged record (a summary that cannot be read, or run files without a
+    summary): its run may have finished, so it is never silently recomputed over; with
+    `rerun` it counts as finished (`supersede` keeps it aside)."""
+    run_dir = Path(run_dir)
+    try:
+        summary = read_summary(run_dir)
+        if summary is None and _has_results(run_dir):
+            raise DamagedRecord(run_dir / SUMMARY, "missing, but the run's other records exist")
+    except DamagedRecord as error:
+        if rerun:
+            return "damaged"
+        raise UserError(
+            f"{error} (the run it records may have finished): rerun=true recomputes it, keeping "
+            f"the damaged record in {run_dir.parent / SUPERSEDED}/"
+        ) from None
     if not summary or summary.get("status") not in FINISHED:
         return None
     if summary.get("identity") != digest:
@@ -116,6 +246,15 @@ def finished_status(run_dir: Path, digest: str) -> str | None:
             f"{summary.get('identity')!r}, this one {digest!r}); move it away to run this one"
         )
     return summary["status"]
+
+
+def _has_results(run_dir: Path) -> bool:
+    """Whether `run_dir` holds evaluations (a non-empty metrics.jsonl): written only after its
+    summary, so without one the summary was lost."""
+    try:
+        return (run_dir / METRICS).stat().st_size > 0
+    except OSError:
+        return False
 
 
 def supersede(run_dir: Path) -> Path:
@@ -135,14 +274,66 @@ def supersede(run_dir: Path) -> Path:
     return target
 
 
-def update_summary(run_dir: Path, drop: tuple[str, ...] = (), **fields: Any) -> dict:
-    """Merge `fields` into summary.json (atomically), removing the keys in `drop`."""
-    summary = read_summary(run_dir) or {}
+def update_summary(
+    run_dir: Path, drop: tuple[str, ...] = (), final: bool = False, **fields: Any
+) -> dict:
+    """Merge `fields` into summary.json (atomically), removing the keys in `drop`. Only the
+    run that holds the directory's lock writes it: a summary damaged meanwhile is replaced.
+    `final`: the run's last record (its outcome): on a full disk the space reserved for it
+    (`reserve`) is released and the write tried again."""
+    try:
+        summary = read_summary(run_dir) or {}
+    except DamagedRecord:
+        summary = {}
     for key in drop:
         summary.pop(key, None)
     summary.update(fields)
-    write_json_atomic(Path(run_dir) / SUMMARY, summary)
+    path = Path(run_dir) / SUMMARY
+    try:
+        write_json_atomic(path, summary)
+    except OutputError as error:
+        if not final or not release_reserve(run_dir):
+            raise
+        del error
+        write_json_atomic(path, summary)
     return summary
+
+
+# --- the space the final record needs ---------------------------------------------------------
+
+RESERVE = ".reserve"
+RESERVE_BYTES = 256 * 1024  # many times a summary.json (a few kB) and its temporary copy
+
+
+def reserve(run_dir: Path) -> None:
+    """Set aside RESERVE_BYTES in the run directory (`.reserve`), released when the run's final
+    record is written (`update_summary(final=True)`) on a disk that filled up meanwhile, so that
+    a run on a full disk still ends with an honest summary (`failed`, `disk full writing
+    <file>`), never one stuck at `running`."""
+    path = Path(run_dir) / RESERVE
+    try:
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT, 0o600)
+        try:
+            try:
+                os.posix_fallocate(fd, 0, RESERVE_BYTES)
+            except OSError as error:  # a file system without fallocate: write it
+                if error.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENOSYS):
+                    raise
+                os.pwrite(fd, b"\0" * RESERVE_BYTES, 0)
+        finally:
+            os.close(fd)
+    except OSError as error:
+        path.unlink(missing_ok=True)
+        raise OutputError(path, error) from None
+
+
+def release_reserve(run_dir: Path) -> bool:
+    """Give the reserved space back; whether there was any."""
+    try:
+        (Path(run_dir) / RESERVE).unlink()
+    except OSError:
+        return False
+    return True
 
 
 def git_sha() -> str:
@@ -189,10 +380,12 @@ class RunLock:
         try:
             lock.acquire()
         except Timeout:
-            try:
-                holder = self.holder.read_text().strip() or "another process"
+            try:  # who holds it, as that process wrote it (printable, one line, or unknown)
+                text = self.holder.read_bytes()[:200].decode("utf-8", errors="replace")
+                holder = " ".join("".join(c if c.isprintable() else "?" for c in text).split())
             except OSError:
-                holder = "another process"
+                holder = ""
+            holder = holder or "another process"
             raise UserError(
                 f"run directory {self.path.parent} is in use by {holder}; wait for that run to "
                 "end, or choose another out_root"

@@ -19,12 +19,15 @@ from __future__ import annotations
 import math
 import os
 import platform
+import signal
 import sys
 import threading
 import time
 import traceback
 import uuid
+from contextlib import contextmanager
 from pathlib import Path
+from signal import SIG_DFL
 from typing import Any
 
 import torch
@@ -36,18 +39,32 @@ from experiments import dist as d
 from experiments import startup
 from experiments.checkpoint import Stopper
 from experiments.clock import make_clock
-from experiments.errors import Cancelled, Interrupted, UserError, WorkerFailed
+from experiments.errors import (
+    EXIT_CANCELLED,
+    EXIT_FAILED,
+    Cancelled,
+    Interrupted,
+    OneLine,
+    OutputError,
+    Stopped,
+    UserError,
+    WorkerFailed,
+)
 from experiments.identity import digest, identity_config, readable_name
-from experiments.preflight import check_world_size
 from experiments.records import (
     CONFIG,
     DATA_CARD,
     HEARTBEAT,
     IDENTITY,
+    METRICS,
+    DamagedRecord,
     RunLock,
     finished_status,
     git_sha,
     read_summary,
+    read_text,
+    release_reserve,
+    reserve,
     supersede,
     update_summary,
     write_json_atomic,
@@ -57,8 +74,9 @@ from experiments.records import (
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 WANDB_MODES = ("disabled", "offline", "online")
 TIMINGS = ("real", "virtual")  # timing.md
-EXIT_FAILED, EXIT_CANCELLED = 1, 130  # run.py's exit codes, for the W&B run
 
+
+MAX_TIMEOUT_S = 1e6  # 11 days: longer is no timeout at all (and overflows C timeouts)
 
 # Numbers that may be infinite: an ideal network's bandwidth.
 MAY_BE_INFINITE = ("network.bandwidth_gbps",)
@@ -81,8 +99,10 @@ def validate_finite(node: Any, prefix: str = "") -> None:
 def validate(cfg: dict[str, Any]) -> None:
     """Raise UserError (one line) for any value that cannot make a run."""
     validate_finite(cfg)
-    if not _is_int(cfg["seed"]) or cfg["seed"] < 0:
-        raise UserError(f"seed must be an integer >= 0, got {cfg['seed']!r}")
+    for key, value in _seeds(cfg):
+        # the workers' streams are seed * 1_000_003 + rank: a 64-bit seed needs seed < 2^32
+        if not _is_int(value) or not 0 <= value < 2**32:
+            raise UserError(f"{key} must be an integer in [0, 2^32), got {value!r}")
     for key, low in (("workers", 1), ("tau", 1), ("batch_size", 1), ("epochs", 1)):
         value = cfg[key]
         if not isinstance(value, int) or isinstance(value, bool) or value < low:
@@ -112,8 +132,16 @@ def validate(cfg: dict[str, Any]) -> None:
         )
     validate_checkpointing(cfg)
     t = cfg["dist_timeout_s"]
-    if isinstance(t, bool) or not isinstance(t, int | float) or not t > 0:
-        raise UserError(f"dist_timeout_s must be a number of seconds > 0, got {t!r}")
+    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t <= MAX_TIMEOUT_S:
+        raise UserError(
+            f"dist_timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {t!r}"
+        )
+    threads = cfg.get("threads_per_worker")
+    if threads is not None and (not _is_int(threads) or threads < 1):
+        raise UserError(
+            f"threads_per_worker must be null (the cores / local workers) or an integer >= 1, "
+            f"got {threads!r}"
+        )
     validate_cluster(cfg)
     if cfg.get("dtype", "float32") not in DTYPES:
         raise UserError(f"dtype must be one of {', '.join(DTYPES)}, got {cfg.get('dtype')!r}")
@@ -133,6 +161,7 @@ def validate(cfg: dict[str, Any]) -> None:
         raise UserError(str(e)) from None
     if cfg["wandb"]["mode"] not in WANDB_MODES:
         raise UserError(f"wandb.mode must be one of {', '.join(WANDB_MODES)}")
+    validate_algorithm_numbers(cfg)
     algo = dict(cfg["algorithm"])
     name = algo.pop("name")
     try:
@@ -140,6 +169,29 @@ def validate(cfg: dict[str, Any]) -> None:
         algorithms.check_compression(name, (cfg.get("comm") or {}).get("compression", "none"))
     except (ValueError, TypeError) as e:
         raise UserError(str(e)) from None
+
+
+def _seeds(cfg: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The config's seeds: `seed` and the dataset's (`dataset.seed`, `dataset.split_seed`)."""
+    found = [("seed", cfg["seed"])]
+    for key in ("seed", "split_seed"):
+        if key in (cfg.get("dataset") or {}):
+            found.append((f"dataset.{key}", cfg["dataset"][key]))
+    return found
+
+
+def validate_algorithm_numbers(cfg: dict[str, Any]) -> None:
+    """An algorithm's knob is used in the training's dtype: a number that dtype cannot hold
+    (`algorithm.outer_lr=1e300` in float32) would crash every worker at its first use. (The
+    LR and weight decay of the local optimizer overflow to infinity instead, a diverged run:
+    experiments/schedule.py.)"""
+    limit = torch.finfo(DTYPES[cfg.get("dtype", "float32")]).max
+    for key, value in (cfg.get("algorithm") or {}).items():
+        if isinstance(value, float) and math.isfinite(value) and abs(value) > limit:
+            raise UserError(
+                f"algorithm.{key}={value:g} is beyond what {cfg.get('dtype', 'float32')} holds "
+                f"({limit:.3g})"
+            )
 
 
 def validate_checkpointing(cfg: dict[str, Any]) -> None:
@@ -189,14 +241,26 @@ def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
+_DATA: dict[str, Any] = {}  # dataset config -> loaded data (the pre-flight's, reused by the run)
+
+
 def check_data(cfg: dict[str, Any]):
     """Make sure the data is there and the partition is feasible; return the loaded data and
-    the data card."""
+    the data card. The data is loaded once per process and dataset config (the pre-flight loads
+    it, the run in the same process reuses it; a sweep's points share it)."""
+    import json
+
     from experiments.data import load_dataset, prepare_dataset
     from experiments.partition import data_card, make_partition
 
-    prepare_dataset(cfg["dataset"])
-    bundle = load_dataset(cfg["dataset"])
+    key = json.dumps(cfg["dataset"], sort_keys=True, default=str)
+    bundle = _DATA.get(key)
+    if bundle is None:
+        if cfg["dataset"]["name"] == "cifar10":
+            prepare_dataset(cfg["dataset"])  # may download; the others are checked by loading
+        bundle = load_dataset(cfg["dataset"])
+        _DATA.clear()  # one dataset in memory at a time
+        _DATA[key] = bundle
     shards = make_partition(cfg["partition"], bundle.train_labels, cfg["workers"])
     if len(shards[0]) < 1:
         raise UserError(f"{cfg['workers']} workers leave no training sample per worker")
@@ -206,33 +270,77 @@ def check_data(cfg: dict[str, Any]):
     return bundle, card
 
 
+def check_model(cfg: dict[str, Any], in_channels: int | None, num_classes: int | None) -> None:
+    """Build the model as the workers will, on the `meta` device (no memory, no time): a value
+    that cannot make it (`model.width=0`) is a UserError here, not in every worker. Without the
+    data's shape (a job checked before it runs elsewhere), a stand-in shape checks the values."""
+    from experiments.models import build_model
+
+    with torch.device("meta"):
+        try:
+            model = build_model(cfg["model"], in_channels or 3, num_classes or 10)
+        except UserError:
+            raise
+        except (ValueError, RuntimeError, TypeError) as e:
+            raise UserError(f"model {cfg['model'].get('name')!r} cannot be built: {e}") from None
+    if in_channels is None:  # the workers run elsewhere: their memory is not this machine's
+        return
+    itemsize = torch.finfo(DTYPES[cfg.get("dtype", "float32")]).bits // 8
+    per_worker = sum(p.numel() for p in model.parameters()) * itemsize
+    total = _memory_bytes()
+    if total and per_worker * cfg["workers"] > total:
+        raise UserError(
+            f"model {cfg['model']['name']} with model.width={cfg['model'].get('width')} has "
+            f"{per_worker / 2**30:.3g} GiB of parameters per worker, {cfg['workers']} workers: "
+            f"more than this machine's {total / 2**30:.3g} GiB of memory"
+        )
+
+
+def _memory_bytes() -> int | None:
+    """This machine's memory (Linux: /proc/meminfo MemTotal), None when unknown."""
+    try:
+        for line in Path("/proc/meminfo").read_text().splitlines():
+            if line.startswith("MemTotal:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return None
+
+
 def run(cfg: DictConfig, run_dir: str | Path, hydra_files: dict[str, str] | None = None) -> str:
     """Run one configuration into `run_dir`; return the final status. A run directory with a
     checkpoint and no finished result is resumed (experiments/checkpoint.py). `hydra_files`:
     Hydra's record of the job, written to `.hydra/` when the run starts (never over a finished
     record)."""
+    from experiments.preflight import check_job, launcher_env
+
     run_dir = Path(run_dir)
     plain: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     rerun = bool(plain.pop("rerun", False))  # a request, not part of the record
     ident = digest(plain)
+    # Every value again, and what the launcher (torchrun/srun) decided against the config (a
+    # 2-process torchrun of `workers=4` would record 2 workers under the 4-worker run's
+    # identity): a job that runs elsewhere (a SLURM array task) was checked on another machine.
+    # In the process that ran the pre-flight this costs nothing (the data is cached).
+    check_job(plain, launcher_env())
     worker = d.external_worker()
-    # The launcher's world size must be the config's: a 2-process torchrun of `workers=4`
-    # would otherwise record 2 workers under the 4-worker run's identity.
-    check_world_size(plain["workers"], worker.world_size if worker is not None else None)
     is_main = worker is None or worker.rank == 0
-    status = finished_status(run_dir, ident)
+    status = finished_status(run_dir, ident, rerun)
     if status is not None and not rerun:
         if is_main:
             print(f"skip {run_dir}: already {status}", flush=True)
         return status
     lock = RunLock(run_dir) if is_main else None
     if lock is not None:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        try:
+            run_dir.mkdir(parents=True, exist_ok=True)
+        except OSError as error:
+            raise OutputError(run_dir, error) from None
         lock.acquire()
     try:
         if is_main:
             # Again under the lock: an identical command may have finished it meanwhile.
-            status = finished_status(run_dir, ident)
+            status = finished_status(run_dir, ident, rerun)
             if status is not None and not rerun:
                 print(f"skip {run_dir}: already {status}", flush=True)
                 return status
@@ -242,6 +350,7 @@ def run(cfg: DictConfig, run_dir: str | Path, hydra_files: dict[str, str] | None
         return _run(plain, run_dir, worker, is_main, ident, hydra_files or {})
     finally:
         if lock is not None:
+            release_reserve(run_dir)
             lock.release()
 
 
@@ -255,80 +364,187 @@ def _run(
 ) -> str:
     if worker is None and not plain["cluster"].get("in_process"):
         startup.warm()  # the worker processes' forkserver imports torch while we go on
-    validate(plain)
     if worker is not None:
         d.check_rendezvous_port(worker)
     # A checkpoint that cannot be used is an error before any worker starts (never a silent
-    # restart from scratch); launched workers check their own file again.
-    meta = ckpt.verify(run_dir, plain, ranks=None if worker is None else [worker.rank])
+    # restart from scratch, never a traceback inside the workers): its files are loaded once
+    # here; launched workers check their own file again.
+    ranks = None if worker is None else [worker.rank]
+    meta = ckpt.verify(run_dir, plain, ranks=ranks, load_files=True)
+    if meta is not None and is_main:
+        check_metrics(run_dir, meta["step"])
     bundle, card = check_data(plain)
 
-    if is_main:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        (run_dir / ".hydra").mkdir(exist_ok=True)
-        for name, text in hydra_files.items():
-            write_text_atomic(run_dir / ".hydra" / name, text)
-        write_text_atomic(run_dir / CONFIG, OmegaConf.to_yaml(OmegaConf.create(plain)))
-        write_json_atomic(run_dir / IDENTITY, identity_config(plain))
-        write_json_atomic(run_dir / DATA_CARD, card)
-        previous = read_summary(run_dir) or {}
-        resumed = previous.get("resumed", [])
-        if meta is not None:
-            resumed = [*resumed, {"from_step": meta["step"], "at": _now(), "host": _host()}]
-        update_summary(
-            run_dir,
-            drop=("error", "interrupted", "finished_at"),
-            status="running",
-            identity=ident,
-            world_size=plain["workers"],
-            git_sha=git_sha(),
-            torch_version=torch.__version__,
-            host=_host(),
-            started_at=previous.get("started_at") if meta is not None else _now(),
-            resumed=resumed,
-            wandb_id=previous.get("wandb_id") or _wandb_id(),
-            data_card=card,
-        )
-        what = f"resume from step {meta['step']} ({meta['reason']})" if meta else "run"
-        print(
-            f"{what} {run_dir}: {plain['algorithm']['name']} tau={plain['tau']} "
-            f"workers={plain['workers']} dataset={plain['dataset']['name']} "
-            f"model={plain['model']['name']} epochs={plain['epochs']}",
-            flush=True,
-        )
+    started = False  # whether the record says `running`
     try:
+        if is_main:
+            reserve(run_dir)  # the space of the final summary, should the disk fill up
+            (run_dir / ".hydra").mkdir(exist_ok=True)
+            for name, text in hydra_files.items():
+                write_text_atomic(run_dir / ".hydra" / name, text)
+            write_text_atomic(run_dir / CONFIG, OmegaConf.to_yaml(OmegaConf.create(plain)))
+            write_json_atomic(run_dir / IDENTITY, identity_config(plain))
+            write_json_atomic(run_dir / DATA_CARD, card)
+            previous = read_summary(run_dir) or {}
+            resumed = previous.get("resumed", [])
+            if meta is not None:
+                resumed = [*resumed, {"from_step": meta["step"], "at": _now(), "host": _host()}]
+            update_summary(
+                run_dir,
+                drop=("error", "interrupted", "finished_at"),
+                status="running",
+                identity=ident,
+                world_size=plain["workers"],
+                git_sha=git_sha(),
+                torch_version=torch.__version__,
+                host=_host(),
+                started_at=previous.get("started_at") if meta is not None else _now(),
+                resumed=resumed,
+                wandb_id=previous.get("wandb_id") or _wandb_id(),
+                data_card=card,
+            )
+            started = True
+            what = f"resume from step {meta['step']} ({meta['reason']})" if meta else "run"
+            print(
+                f"{what} {run_dir}: {plain['algorithm']['name']} tau={plain['tau']} "
+                f"workers={plain['workers']} dataset={plain['dataset']['name']} "
+                f"model={plain['model']['name']} epochs={plain['epochs']}",
+                flush=True,
+            )
         if worker is None:
-            if plain["cluster"].get("in_process"):
-                from experiments import sim
+            with late_stops_ignored():
+                if plain["cluster"].get("in_process"):
+                    from experiments import sim
 
-                ctrl_c = sim.run(plain, run_dir, bundle)
-            else:
-                # In-memory datasets travel to the workers with their arguments: loading them
-                # again in every process (importing scikit-learn) would cost seconds per run.
-                shared = bundle if plain["dataset"]["name"] != "cifar10" else None
-                ctrl_c = d.spawn(worker_main, plain["workers"], (plain, str(run_dir), shared))
-            summary = read_summary(run_dir) or {}
-            status = "interrupted" if summary.get("interrupted") else summary.get("status")
-            if status not in ("completed", "diverged", "interrupted"):
-                if ctrl_c:
-                    raise Cancelled("interrupted by Ctrl-C (no checkpoint: checkpoint_every=0)")
-                raise WorkerFailed(f"the workers ended without a result (status {status!r})")
+                    ctrl_c = sim.run(plain, run_dir, bundle)
+                    stops = [signal.SIGINT] if ctrl_c else []
+                else:
+                    # In-memory datasets travel to the workers with their arguments: loading
+                    # them again in every process (importing scikit-learn) would cost seconds
+                    # per run.
+                    shared = bundle if plain["dataset"]["name"] != "cifar10" else None
+                    stops = d.spawn(worker_main, plain["workers"], (plain, str(run_dir), shared))
+                status = _spawned_status(run_dir, plain, stops)
         else:
             status = worker_main(
                 worker.rank, worker.world_size, plain, str(run_dir), bundle, worker
             )
     except BaseException as e:
-        if is_main:
-            update_summary(run_dir, status="failed", error=f"{type(e).__name__}: {e}"[:2000])
-        raise
-    if status == "interrupted":
+        raise _ended(run_dir, e, started and is_main) from None
+    if status == "interrupted":  # rank 0 has said why (before a requeue could end the job)
         summary = read_summary(run_dir) or {}
-        raise Interrupted(f"{run_dir}: {summary.get('error', 'interrupted')}")
+        raise Interrupted(f"{run_dir}: {summary.get('error', 'interrupted')}", said=True)
     if not is_main:
         return status
     summary = read_summary(run_dir)
     print(outcome_line(run_dir, summary), flush=True)
     return summary["status"]
+
+
+@contextmanager
+def late_stops_ignored():
+    """Around the workers' run: a stop signal that comes after they ended, while run.py reads
+    their outcome, is too late to stop anything (the run's record and exit code stand; a sweep
+    stops at the next Ctrl-C). Outside, run.py's own handlers (run.py, cli) are back."""
+    previous = {sig: signal.getsignal(sig) for sig in d.forwarded_signals()}
+    for sig in previous:  # spawn() puts its forwarding handlers in place, then these again
+        signal.signal(sig, signal.SIG_IGN)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def check_metrics(run_dir: Path, step: int) -> None:
+    """A run resumed from a checkpoint keeps its metrics.jsonl rows up to the checkpoint's step
+    (experiments/log.py): a file that is not text would lose them, so it is an error here."""
+    try:
+        read_text(run_dir / METRICS)
+    except FileNotFoundError:
+        pass
+    except DamagedRecord as e:
+        raise UserError(
+            f"{e}: resuming from step {step} would lose its rows; delete {run_dir} to start over"
+        ) from None
+
+
+def _spawned_status(run_dir: Path, plain: dict[str, Any], stops: list[int]) -> str:
+    """The status of a run whose spawned workers all exited cleanly, from its record: a stop
+    they checkpointed is `interrupted`; without a result, a Ctrl-C cancelled it."""
+    try:
+        summary = read_summary(run_dir) or {}
+    except UserError:
+        summary = {}
+    if summary.get("interrupted"):
+        return "interrupted"
+    status = summary.get("status")
+    if status in ("completed", "diverged"):
+        return status
+    if signal.SIGINT in stops:
+        raise Cancelled(ctrl_c_message(run_dir, plain, stops.count(signal.SIGINT)))
+    raise WorkerFailed(f"the workers ended without a result (status {status!r})")
+
+
+def ctrl_c_message(run_dir: Path, plain: dict[str, Any], presses: int) -> str:
+    """What a Ctrl-C that stopped the run at once (checkpointing off, or a second Ctrl-C) left:
+    the checkpoint a rerun resumes from, if there is one."""
+    try:
+        meta = ckpt.read_meta(run_dir)
+    except UserError:
+        meta = None
+    twice = " twice (stopped at once)" if presses > 1 else ""
+    if meta is not None:
+        return (
+            f"interrupted by Ctrl-C{twice}; the checkpoint of step {meta['step']} stays: rerun "
+            "to resume from it"
+        )
+    if plain["checkpoint_every"] == 0 and presses <= 1:
+        return "interrupted by Ctrl-C (no checkpoint: checkpoint_every=0)"
+    return f"interrupted by Ctrl-C{twice}, before its first checkpoint: a rerun starts over"
+
+
+def _ended(run_dir: Path, error: BaseException, recorded: bool) -> BaseException:
+    """How run.py reports `error`, which ended the run, after its record says so (`recorded`:
+    the summary says `running`; a finished summary is never touched): a stop signal before any
+    worker trained is an interruption (exit code 3), a Ctrl-C a cancellation (130)."""
+    if isinstance(error, Stopped):
+        name = signal.Signals(error.signum).name
+        said = f"interrupted by {name} before training started; nothing to save: rerun to start it"
+        error = Interrupted(f"{run_dir}: {said}")
+        fields = {
+            "error": said,
+            "interrupted": {"signal": name, "step": 0, "at": _now(), "requeue": None},
+        }
+    elif isinstance(error, Interrupted):  # a stop signal ended workers without a checkpoint
+        fields = {"error": str(error)}
+        error = Interrupted(f"{run_dir}: {error}")
+    elif isinstance(error, KeyboardInterrupt):
+        error = Cancelled("interrupted by Ctrl-C before training started")
+        fields = {"error": str(error)}
+    elif isinstance(error, OneLine | WorkerFailed | Cancelled):
+        fields = {"error": str(error)[:2000]}
+    else:
+        fields = {"error": f"{type(error).__name__}: {error}"[:2000]}
+    if recorded:
+        record_failure(run_dir, fields)
+    return error
+
+
+def record_failure(run_dir: Path, fields: dict[str, Any]) -> None:
+    """Write `status: failed` and why (the run's final record: the reserved space is released
+    for it on a full disk), unless the summary already holds a finished result. A summary that
+    cannot be written even then stays `running`; `analysis.status` reports it failed once its
+    heartbeat is stale."""
+    try:
+        if (read_summary(run_dir) or {}).get("status") in ("completed", "diverged"):
+            return
+    except UserError:
+        pass
+    try:
+        update_summary(run_dir, final=True, status="failed", **fields)
+    except OutputError:
+        pass
 
 
 def _now() -> str:
@@ -382,6 +598,10 @@ def worker_main(
     )
     if cfg["checkpoint"]["on_signal"]:
         stopper.install()
+    else:  # the default of each: a stop signal ends the worker at once
+        for sig in d.forwarded_signals():
+            signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else SIG_DFL)
+    d.unblock_stop_signals()  # a stop that came while this worker started up: now
     backend = d.choose_backend(
         cfg["cluster"]["backend"], worker.local_rank, worker.local_world_size
     )
@@ -394,12 +614,14 @@ def worker_main(
         stopper.group = d.init(worker, backend, cfg["dist_timeout_s"])
         status = train_worker(cfg, Path(run_dir), worker, backend, bundle, stopper)
         clean = True
-    except Exception:
+    except Exception as e:
         # A spawned worker's traceback goes to run.py, which reports the worker that failed
-        # first (the others then fail for want of it); under torchrun/srun each one says.
+        # first (the others then fail for want of it); under torchrun/srun each one says: one
+        # line for an error that says it all (a UserError, a full disk), else its traceback.
         d.note_failure(worker.rank)
         if worker.external:
-            print(f"rank {worker.rank}: {traceback.format_exc()}", file=sys.stderr, flush=True)
+            said = str(e) if isinstance(e, OneLine) else traceback.format_exc()
+            print(f"rank {worker.rank}: {said}", file=sys.stderr, flush=True)
         raise
     finally:
         stopper.close(clean)
@@ -494,6 +716,7 @@ def train_worker(
         for k in ("lr", "batch_size", "epochs", "warmup_epochs", "lr_decay_at", "lr_decay")
     }
     schedule["workers"] = m
+    schedule["limit"] = torch.finfo(dtype).max  # beyond: inf, a diverged run (schedule.py)
     name = cfg["algorithm"]["name"]
     algo_cfg = algorithms.make_config(
         name, {k: v for k, v in cfg["algorithm"].items() if k != "name"}
@@ -504,7 +727,8 @@ def train_worker(
         lr=cfg["lr"],
         momentum=cfg["momentum"],
         nesterov=cfg["nesterov"],
-        weight_decay=cfg["weight_decay"],
+        # a float the dtype cannot hold is its infinity, as for the LR (schedule.py)
+        weight_decay=_in_range(cfg["weight_decay"], dtype),
     )
     algo = algorithms.REGISTRY[name](model, optimizer, comm, algo_cfg, tau=cfg["tau"])
 
@@ -588,9 +812,14 @@ def train_worker(
             write_interruption(run_dir, result["steps"], stopper)
         else:
             result["finished_at"] = _now()
-            update_summary(run_dir, **result)  # status completed/diverged: written last
+            update_summary(run_dir, final=True, **result)  # completed/diverged: written last
             ckpt.remove(run_dir)
     return result["status"]
+
+
+def _in_range(value: float, dtype: torch.dtype) -> float:
+    """`value`, or the infinity of its sign when the dtype cannot hold it."""
+    return value if abs(value) <= torch.finfo(dtype).max else math.copysign(math.inf, value)
 
 
 def write_interruption(run_dir: Path, step: int, stopper: Stopper) -> None:
@@ -604,11 +833,20 @@ def write_interruption(run_dir: Path, step: int, stopper: Stopper) -> None:
     interrupted = {"signal": what, "step": step, "at": _now(), "requeue": requeue}
     said = error + (f" ({requeue})" if requeue else "")
     # Records and message first: the requeue ends this job at once.
-    update_summary(run_dir, status="failed", error=said, interrupted=interrupted)
-    print(f"{run_dir}: {said}", file=sys.stderr, flush=True)
+    update_summary(run_dir, final=True, status="failed", error=said, interrupted=interrupted)
+    say(f"{run_dir}: {said}")
     failure = ckpt.requeue_slurm_job(job) if job else None
     if failure:
         update_summary(
             run_dir, error=f"{error} ({failure})", interrupted={**interrupted, "requeue": failure}
         )
-        print(f"{run_dir}: {failure}", file=sys.stderr, flush=True)
+        say(f"{run_dir}: {failure}")
+
+
+def say(line: str) -> None:
+    """One line on stderr; none when there is no console to say it on (a closed terminal, a
+    closed pipe): the record says it too."""
+    try:
+        print(line, file=sys.stderr, flush=True)
+    except OSError:
+        pass

@@ -15,10 +15,16 @@ ramp; no decay applies inside the warm-up. The reference's warm-up always lasts 
 Decay epochs are `round(f * epochs)` for f in `lr_decay_at`, so that [0.5, 5/6] of 300 epochs
 gives 150 and 250 (the paper) and the same fractions scale to shorter runs; the decay applies
 from the first step of that epoch.
+
+`limit`: the largest number of the training's dtype (torch.finfo(dtype).max). An LR beyond it is
+what float arithmetic makes of it, infinity (the optimizer would otherwise refuse to convert it
+and crash): the update is non-finite, and the run ends `diverged`, as any run whose numbers
+overflow does.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 
 
@@ -42,8 +48,27 @@ def lr_at(
     warmup_epochs: float = 0,
     lr_decay_at: Sequence[float] = (),
     lr_decay: float = 0.1,
+    limit: float = math.inf,
 ) -> float:
-    """The LR in force for local step `step` (0-based, counted across epochs)."""
+    """The LR in force for local step `step` (0-based, counted across epochs); infinity when it
+    exceeds `limit` (module docstring)."""
+    value = _lr_at(
+        step, steps_per_epoch, lr, batch_size, workers, epochs, warmup_epochs, lr_decay_at, lr_decay
+    )
+    return value if abs(value) <= limit else math.copysign(math.inf, value)
+
+
+def _lr_at(
+    step: int,
+    steps_per_epoch: int,
+    lr: float,
+    batch_size: int,
+    workers: int,
+    epochs: int,
+    warmup_epochs: float,
+    lr_decay_at: Sequence[float],
+    lr_decay: float,
+) -> float:
     peak = peak_lr(lr, batch_size, workers)
     warmup_steps = warmup_epochs * steps_per_epoch
     if step < warmup_steps:  # as the reference, no decay inside the warm-up

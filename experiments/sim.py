@@ -54,7 +54,7 @@ from typing import Any
 import torch
 
 from algorithms.group import PeerFailed, ThreadGroup, use
-from experiments.errors import Cancelled, UserError, WorkerFailed
+from experiments.errors import Cancelled, OneLine, UserError, WorkerFailed
 
 # After the first failure: the other workers' time to reach a collective and stop, before the
 # run is reported failed without them (a process would be sent SIGTERM, then SIGKILL).
@@ -191,6 +191,8 @@ def run(cfg: dict[str, Any], run_dir: Path, bundle) -> bool:
         rank, error, trace = _root_cause(failures)
         if isinstance(error, KeyboardInterrupt) and interrupted:
             raise Cancelled("interrupted by Ctrl-C (no checkpoint: checkpoint_every=0)")
+        if isinstance(error, OneLine):  # its message is all the user needs (a full disk)
+            raise error
         cause = f"{type(error).__name__}: {error}".splitlines()[0]
         raise WorkerFailed(f"worker {rank} (rank {rank}) failed: {cause}", trace.rstrip())
     return bool(interrupted)

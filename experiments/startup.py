@@ -27,6 +27,7 @@ from __future__ import annotations
 import importlib
 import multiprocessing
 import os
+import signal
 import sys
 import types
 from collections.abc import Callable
@@ -69,14 +70,32 @@ def context() -> multiprocessing.context.BaseContext:
     return ctx
 
 
+#: The stop signals of experiments/checkpoint.py (STOPS; tests/test_sim.py checks they agree),
+#: named here so that `warm` need not import torch.
+STOP_SIGNALS = (
+    signal.SIGUSR1,
+    signal.SIGUSR2,
+    signal.SIGTERM,
+    signal.SIGHUP,
+    signal.SIGINT,
+)
+
+
 def warm() -> None:
-    """Start the forkserver now, so that it imports `PRELOAD` while this process goes on."""
+    """Start the forkserver now, so that it imports `PRELOAD` while this process goes on. It
+    starts with the stop signals blocked, as experiments/dist.py `spawn` starts workers: the
+    workers it forks inherit the mask and unblock the signals once their handlers are in place
+    (a stop during a worker's start-up waits for it, never kills it mid-import)."""
     from multiprocessing import forkserver
 
     if start_method() != "forkserver":
         return
     context()
-    forkserver.ensure_running()
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
 def starts_processes(argv: list[str]) -> bool:

@@ -11,12 +11,17 @@ that fails is recorded and the others run. Then it writes the report of what fin
 `python -m analysis.report --experiment <name> --scale <scale>`, into
 `<results>/<name>/<scale>/`, and ends with one `error:` line per failed point and a non-zero
 exit code when any failed. A stop (Ctrl-C, a signal) ends it at once, without a report.
+
+Where things go: everything under `--out-root` (default `outputs`, relative to the directory
+the command is given in): the runs in `<out-root>/<name>/runs`, the reports in
+`<out-root>/results/<name>/<scale>`. The checkout's committed `results/` is written only when
+asked for: `--publish` (`make table1 PUBLISH=1`), or `--results results`
+(`make table1 RESULTS=results`).
 """
 
 from __future__ import annotations
 
 import argparse
-import json
 import subprocess
 import sys
 import time
@@ -37,7 +42,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--scale", default="cpu", help="smoke | cpu | paper (default cpu)")
     parser.add_argument("--cluster", default="local", help="local | sim | slurm (default local)")
     parser.add_argument("--out-root", default="outputs", help="run records go to OUT/<name>/runs")
-    parser.add_argument("--results", default="results", help="tables and figures go here")
+    parser.add_argument(
+        "--results", help="tables and figures go here (default: OUT/results; see --publish)"
+    )
+    parser.add_argument(
+        "--publish",
+        action="store_true",
+        help="write the tables and figures into the checkout's results/ (the committed ones)",
+    )
     parser.add_argument("--no-run", action="store_true", help="only write the report")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every run")
     args = parser.parse_intermixed_args(argv)
@@ -52,7 +64,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.cluster not in clusters:
         fail(f"unknown cluster {args.cluster!r}; choose from {', '.join(clusters)}")
 
-    runs_root = Path(args.out_root) / args.experiment
+    if args.publish and args.results:
+        fail("give --publish (the checkout's results/) or --results DIR, not both")
+    # Resolved here, against the directory the command was given in: the commands below run
+    # from the checkout.
+    out_root = _resolve(args.out_root, "--out-root")
+    if args.publish:
+        results = REPO / "results"
+    else:
+        results = _resolve(args.results, "--results") if args.results else out_root / "results"
+    runs_root = out_root / args.experiment
     command = [
         sys.executable,
         str(REPO / "run.py"),
@@ -78,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         failed = failed_points(runs_root / "sweeps", started)
         if sweep_code and not failed:  # refused as a whole (its one line is above): no sweep ran
             return sweep_code
-    out = Path(args.results) / args.experiment / args.scale
+    out = results / args.experiment / args.scale
     report = [
         sys.executable,
         "-m",
@@ -98,8 +119,13 @@ def main(argv: list[str] | None = None) -> int:
         sweep = "python -m experiments.sweep " + " ".join(
             argv if argv is not None else sys.argv[1:]
         )
-        with provenance.open("a") as f:
-            f.write(f"sweep command: {sweep}\n")
+        try:
+            with provenance.open("a") as f:
+                f.write(f"sweep command: {sweep}\n")
+        except OSError as e:
+            print(f"warning: cannot write {provenance}: {e.strerror}", file=sys.stderr)
+    if code == 0:
+        print(f"report: {out}", flush=True)
     for line in failed:  # at the very end, after the report's output
         print(f"error: {line}", file=sys.stderr)
     if sweep_code:
@@ -111,20 +137,37 @@ def main(argv: list[str] | None = None) -> int:
     return sweep_code or code
 
 
+def _resolve(path: str, option: str) -> Path:
+    """`path` as the suite's out_root resolver reads it (experiments/__init__.py: `~`, absolute,
+    lengths), or one `error:` line."""
+    from experiments import out_dir
+    from experiments.errors import UserError
+
+    try:
+        return Path(out_dir(path))
+    except UserError as e:
+        fail(f"{option}: {e}")
+        raise  # not reached
+
+
 def failed_points(sweeps: Path, since: float) -> list[str]:
     """`<point>: <reason>` for each failed point of the sweeps recorded under `sweeps` since
-    `since` (the sweeper's `sweep.json`)."""
+    `since` (the sweeper's `sweep.json`, read by the records' validated reader; a damaged one
+    is skipped with a warning)."""
+    from experiments.records import read_json_object
+
     lines = []
     for record in sorted(sweeps.glob("*/sweep.json")):
-        if record.stat().st_mtime < since:
-            continue
         try:
-            points = json.loads(record.read_text())["points"]
-        except (OSError, ValueError, KeyError, TypeError):
+            if record.stat().st_mtime < since:
+                continue
+            points = read_json_object(record).get("points")
+        except (OSError, ValueError) as e:
+            print(f"warning: {record}: unreadable sweep record skipped ({e})", file=sys.stderr)
             continue
-        for point in points:
-            if point.get("status") == "failed":
-                label = point.get("point") or " ".join(point["overrides"])
+        for point in points if isinstance(points, list) else []:
+            if isinstance(point, dict) and point.get("status") == "failed":
+                label = point.get("point") or " ".join(map(str, point.get("overrides") or []))
                 lines.append(f"{label}: {point.get('error')}")
     return lines
 

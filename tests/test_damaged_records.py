@@ -182,7 +182,7 @@ def running(root: Path, name: str, heartbeat: bytes | str | None) -> Path:
     "heartbeat, reason",
     [
         (BINARY, "heartbeat.json unreadable: not UTF-8 text"),
-        ("[]", "heartbeat.json unreadable: not a JSON object but list"),
+        ("[]", "heartbeat.json unreadable: not a JSON object but a list"),
         ('{"step": 4', "heartbeat.json unreadable: not JSON"),
         ('{"step": 4, "total_steps": 10}', "heartbeat.json has no time (time: 'None')"),
         ('{"time": "noon", "step": 4}', "heartbeat.json has no time (time: 'noon')"),
@@ -208,7 +208,7 @@ def test_status_reads_a_heartbeat_without_a_step(tmp_path: Path) -> None:
     "summary, reason",
     [
         (BINARY, "summary.json is unreadable: not UTF-8 text"),
-        ("[]", "summary.json is unreadable: not a JSON object but list"),
+        ("[]", "summary.json is unreadable: not a JSON object but a list"),
         ('{"status": "runn', "summary.json is unreadable: not JSON"),
         ('{"status": ["completed"]}', "unknown status \"['completed']\" in summary.json"),
         ('{"status": "completed", "final/test_acc": "high"}', ""),

@@ -53,6 +53,15 @@ def alive(pids) -> set[int]:
     return out
 
 
+def gone(pids, within: float = 30.0) -> set[int]:
+    """The processes of `pids` still alive after up to `within` seconds (the kernel reaps
+    them; on a loaded machine that takes a moment): the empty set when none is left."""
+    deadline = time.monotonic() + within
+    while alive(pids) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    return alive(pids)
+
+
 def popen(*args: str, env_extra: dict | None = None) -> subprocess.Popen:
     return popen_run_py(*args, env_extra=env_extra)
 
@@ -101,21 +110,24 @@ def test_a_dead_or_hung_worker_ends_the_run_fast_and_leaves_nothing(tmp_path, ho
     if how != "raise":
         victim = workers_of(proc)[-1]
         os.kill(victim, signal.SIGKILL if how == "sigkill" else signal.SIGSTOP)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=300)
     elapsed = time.monotonic() - started
     assert proc.returncode == 1, out + err
-    assert elapsed < 30, elapsed  # every worker and the launcher stop within 30 s
+    # Every worker and the launcher stop well before the control group's 600 s: idle, a dead
+    # worker takes about a second, a hung one dist_timeout_s (5 s) plus 3 s of grace.
+    assert elapsed < 120, elapsed
     last = err.strip().splitlines()[-1]
     if how == "sigkill":
         assert last == "error: worker 1 (rank 1) was killed by SIGKILL"
     elif how == "raise":
         assert last.startswith("error: worker 1 (rank 1) failed: RuntimeError: injected fault")
-    else:  # rank 0 waits dist_timeout_s for the stopped rank 1, then both are ended
-        assert last.startswith("error: worker 0 (rank 0) failed:"), err[-2000:]
+    else:  # rank 0 waits dist_timeout_s for the stopped rank 1, which is named
+        assert last.startswith(
+            "error: worker 1 (rank 1) stopped answering: rank 0 timed out waiting for it"
+        ), err[-2000:]
     s = summary(run_dir)
     assert s["status"] == "failed" and "rank" in s["error"]
-    time.sleep(0.5)
-    assert not alive(everything), alive(everything)  # no worker left behind
+    assert not gone(everything), alive(everything)  # no worker left behind
 
 
 def test_ctrl_c_stops_a_sweep_and_the_rerun_does_only_the_missing_points(tmp_path):
@@ -123,7 +135,7 @@ def test_ctrl_c_stops_a_sweep_and_the_rerun_does_only_the_missing_points(tmp_pat
     proc = popen(*sweep, f"out_root={tmp_path}")
     point = [*FAST, "epochs=100", "dataset.num_train=512"]
     first, second, third = (run_dir_of(tmp_path, *point, f"seed={s}") for s in range(3))
-    deadline = time.monotonic() + 240
+    deadline = time.monotonic() + 600
     while not (first / "summary.json").exists() or summary(first)["status"] != "completed":
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.1)
@@ -135,13 +147,13 @@ def test_ctrl_c_stops_a_sweep_and_the_rerun_does_only_the_missing_points(tmp_pat
     everything = children(proc.pid)
     started = time.monotonic()
     proc.send_signal(signal.SIGINT)  # what Ctrl-C in the terminal delivers
-    out, err = proc.communicate(timeout=60)
-    assert time.monotonic() - started < 10
+    out, err = proc.communicate(timeout=300)
+    # At once: idle, a second or two; the rest of the sweep would take minutes (bound: 5x+).
+    assert time.monotonic() - started < 60
     assert proc.returncode == 130, out + err
     assert err.strip().splitlines()[-1].startswith("error: interrupted by Ctrl-C")
     assert "Traceback" not in err
-    time.sleep(0.5)
-    assert not alive(everything)
+    assert not gone(everything)
     assert summary(second)["status"] == "failed"
     assert not third.exists()
     finished = (first / "summary.json").read_bytes()
@@ -157,7 +169,7 @@ def test_ctrl_c_with_checkpointing_on_saves_and_resumes(tmp_path):
     proc = popen(*LONG, "checkpoint_every=1", f"out_root={tmp_path}")
     run_dir = wait_for_training(proc, tmp_path)
     proc.send_signal(signal.SIGINT)
-    out, err = proc.communicate(timeout=60)
+    out, err = proc.communicate(timeout=300)
     assert proc.returncode == 3, out + err
     assert "interrupted by SIGINT" in err and "checkpoint saved" in err
     assert (run_dir / "checkpoint" / "latest.json").exists()
@@ -266,6 +278,7 @@ def test_a_second_process_on_the_same_run_directory_is_refused(tmp_path):
 
 def test_an_interrupted_write_leaves_the_previous_file(tmp_path, monkeypatch):
     from experiments import records
+    from experiments.errors import OutputError
     from experiments.log import JsonlSink
 
     records.write_json_atomic(tmp_path / "summary.json", {"status": "running"})
@@ -278,9 +291,9 @@ def test_an_interrupted_write_leaves_the_previous_file(tmp_path, monkeypatch):
         raise OSError(28, "No space left on device")
 
     monkeypatch.setattr(records.os, "fsync", crash)
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match=r"^disk full writing .*summary.json$"):
         records.update_summary(tmp_path, status="completed")
-    with pytest.raises(OSError):
+    with pytest.raises(OutputError, match=r"^disk full writing .*metrics.jsonl$"):
         sink.log({"test/acc": 0.6}, 20)
     assert (tmp_path / "summary.json").read_bytes() == before_summary
     assert (tmp_path / "metrics.jsonl").read_bytes() == before_metrics
@@ -329,4 +342,4 @@ def test_fifty_start_stop_cycles_without_an_abort_or_a_leak(tmp_path):
     assert "terminate called" not in proc.stderr and "Traceback" not in proc.stderr
     statuses = [summary(p.parent)["status"] for p in tmp_path.glob("runs/*/summary.json")]
     assert statuses == ["completed"] * 50
-    assert alive(children(os.getpid()) - before) == set()
+    assert gone(children(os.getpid()) - before) == set()

@@ -258,3 +258,11 @@ def test_a_sim_worker_draws_what_a_worker_process_draws():
 
     want = torch.cat([p.detach().flatten() for p in build_model(cfg["model"], 1, 10).parameters()])
     assert all(torch.equal(m, want) for m in models)
+
+
+def test_the_forkservers_stop_signals_are_the_checkpoints():
+    """experiments/startup.py blocks the stop signals while the forkserver starts (its workers
+    inherit the mask): they must be exactly the ones the workers unblock (checkpoint.STOPS)."""
+    from experiments import checkpoint, startup
+
+    assert set(startup.STOP_SIGNALS) == set(checkpoint.STOPS)

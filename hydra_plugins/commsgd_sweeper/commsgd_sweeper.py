@@ -176,7 +176,7 @@ class CommsgdSweeper(Sweeper):
                     print(f"skip {label}: the same run as {planned[point.run_dir]}", flush=True)
                     continue
                 planned[point.run_dir] = label
-                status = finished_status(point.run_dir, point.digest)
+                status = finished_status(point.run_dir, point.digest, bool(cfg.rerun))
                 if status is not None and not cfg.rerun:
                     outcome.status = "skipped"
                     print(f"skip {point.run_dir}: already {status}", flush=True)

@@ -1,0 +1,406 @@
+"""The fault-and-input catalogue's machinery (issue 14): a case is one line of a table
+(tests/test_catalogue.py); this module runs it and checks what every case must leave.
+
+A case runs one command (`python run.py ...` by default, or `python -m experiments.sweep`,
+`python -m analysis.status`) either in this process (`inproc`: pre-flight errors, damaged
+records found before any worker starts; fast, and no worker may start: `experiments.dist.spawn`
+is replaced by a trap) or as a real process (everything that starts workers, signals, a disk
+filled during a run). Every case is checked for:
+
+- its exit code, and its message: a pattern searched in the last line of stderr, which is the
+  only line when the case says so (`one_line`, the default for exit code 2);
+- no traceback;
+- the state of every record under the case's folder: its run's summary status afterwards
+  (`status`; None: no summary at all), no record marked completed or diverged by a command
+  that failed, files planted by `setup` untouched by a command that refused them (exit 2), no
+  temporary file (`*.tmp`) nor disk reserve (`.reserve`) left, no run directory made for a
+  pre-flight error (`no_dir`);
+- no process left behind: a real process's workers carry a marker in their environment, and
+  none may survive the command; an in-process case starts no process at all.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import os
+import re
+import runpy
+import signal
+import subprocess
+import sys
+import time
+import uuid
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from tests.cli import REPO, child_env
+
+FAST = ("scale=smoke", "dataset=synthetic", "wandb.mode=disabled", "progress=false")
+MARK = "COMMSGD_CATALOGUE_CASE"  # in the environment of a case's processes (and their workers)
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
+@dataclass
+class Result:
+    code: int
+    stdout: str
+    stderr: str
+
+    @property
+    def lines(self) -> list[str]:
+        return [line for line in self.stderr.strip().splitlines() if line.strip()]
+
+
+@dataclass
+class Ctx:
+    """Where a case runs: `tmp` its own folder, `out` its out_root (tmp/out)."""
+
+    tmp: Path
+    case: Case
+    mark: str = field(default_factory=lambda: uuid.uuid4().hex)
+    proc: subprocess.Popen | None = None
+    data: dict[str, Any] = field(default_factory=dict)  # what setup/act leave for check
+    cleanups: list[Callable[[], None]] = field(default_factory=list)  # run after the case
+
+    @property
+    def out(self) -> Path:
+        return self.tmp / "out"
+
+    def overrides(self) -> list[str]:
+        """The case's config overrides (what names its run directory)."""
+        base = list(FAST) if self.case.fast_args else []
+        return [*base, *(a for a in self.case.args if not a.startswith("-"))]
+
+    def run_dir(self) -> Path:
+        from tests.cli import run_dir_of
+
+        return run_dir_of(self.out, *self.overrides())
+
+    def plain(self) -> dict[str, Any]:
+        """The case's resolved job config (as the run resolves it)."""
+        from hydra import compose, initialize_config_dir
+
+        import experiments
+
+        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
+            cfg = compose(
+                "config",
+                overrides=[*self.overrides(), f"out_root={self.out}"],
+                return_hydra_config=True,
+            )
+        return experiments.resolved_job(cfg)
+
+
+@dataclass(frozen=True)
+class Case:
+    name: str
+    cls: str  # the issue's class (or one found here): the catalogue's counts are by class
+    args: tuple[str, ...] = ()
+    code: int | tuple[int, ...] = 2  # the exit code (or the codes a race may end with)
+    line: str = ""  # a regex searched in the last line of stderr (of stdout for exit 0)
+    env: Mapping[str, str | None] = field(default_factory=dict)  # None: unset
+    setup: Callable[[Ctx], None] | None = None
+    status: str | None = None  # the run's summary status afterwards; None: no summary
+    inproc: bool = True
+    act: Callable[[Ctx], None] | None = None  # a real process: what to do while it runs
+    check: Callable[[Ctx, Result], None] | None = None
+    cmd: str = "run"  # run | torchrun (2 processes) | sweep | status
+    one_line: bool | None = None  # default: exit code 2
+    fast_args: bool = True  # prepend FAST
+    out_root: bool = True  # append out_root=<case folder>/out
+    no_dir: bool | None = None  # default: in-process, no setup, exit 2
+    cwd: str | None = None  # "tmp": run from the case's folder
+    timeout: float = 600
+    slow: bool = False
+    traceback: bool = False  # a traceback not ours is expected (torchrun's report)
+
+    @property
+    def id(self) -> str:
+        return f"{self.cls}:{self.name}"
+
+
+# --- running a case -------------------------------------------------------------------------
+
+
+def command(case: Case, ctx: Ctx) -> list[str]:
+    args = list(case.args)
+    if case.cmd in ("run", "torchrun"):
+        base = list(FAST) if case.fast_args else []
+        out = [f"out_root={ctx.out}"] if case.out_root else []
+        launcher = ["torchrun", "--nproc-per-node", "2"] if case.cmd == "torchrun" else []
+        return [*launcher, "run.py", *base, *args, *out]
+    if case.cmd == "sweep":
+        return ["-m", "experiments.sweep", *args]
+    if case.cmd == "status":
+        return ["-m", "analysis.status", *args]
+    raise ValueError(case.cmd)
+
+
+def run_case(case: Case, ctx: Ctx, monkeypatch) -> Result:
+    argv = [a.replace("{tmp}", str(ctx.tmp)) for a in command(case, ctx)]
+    if case.inproc:
+        return _in_process(case, ctx, argv, monkeypatch)
+    return _subprocess(case, ctx, argv)
+
+
+def _in_process(case: Case, ctx: Ctx, argv: list[str], monkeypatch) -> Result:
+    import experiments.dist
+
+    def no_workers(*args, **kwargs):
+        raise AssertionError("an in-process case started workers")
+
+    monkeypatch.setattr(experiments.dist, "spawn", no_workers)
+    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
+    for key, value in case.env.items():
+        if value is None:
+            monkeypatch.delenv(key, raising=False)
+        else:
+            monkeypatch.setenv(key, value.replace("{tmp}", str(ctx.tmp)))
+    if case.cwd == "tmp":
+        monkeypatch.chdir(ctx.tmp)
+    else:
+        monkeypatch.chdir(REPO)
+    handlers = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    out, err = io.StringIO(), io.StringIO()
+    code: Any = 0
+    try:
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                if case.cmd == "run":
+                    monkeypatch.setattr(sys, "argv", [str(REPO / "run.py"), *argv[1:]])
+                    runpy.run_path(str(REPO / "run.py"), run_name="__main__")
+                elif case.cmd == "status":
+                    from analysis.status import main
+
+                    code = main(argv[2:])
+                else:
+                    from experiments.sweep import main
+
+                    code = main(argv[2:])
+            except SystemExit as e:
+                code = e.code
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    if code is None:
+        code = 0
+    return Result(int(code) if isinstance(code, int) else 1, out.getvalue(), err.getvalue())
+
+
+def _subprocess(case: Case, ctx: Ctx, argv: list[str]) -> Result:
+    env = child_env({MARK: ctx.mark})
+    for key, value in case.env.items():
+        if value is None:
+            env.pop(key, None)
+        else:
+            env[key] = value.replace("{tmp}", str(ctx.tmp))
+    stdout, stderr = ctx.tmp / "stdout.txt", ctx.tmp / "stderr.txt"
+    cwd = ctx.tmp if case.cwd == "tmp" else REPO
+    if argv[0] == "torchrun":
+        argv = ["-m", "torch.distributed.run", *argv[1:]]
+    argv = [str(REPO / "run.py") if a == "run.py" else a for a in argv]
+    executable = [sys.executable]
+    with stdout.open("w") as out, stderr.open("w") as err:
+        ctx.proc = subprocess.Popen(
+            [*executable, *argv], cwd=cwd, env=env, stdout=out, stderr=err, text=True
+        )
+        try:
+            if case.act is not None:
+                case.act(ctx)
+            code = ctx.proc.wait(timeout=case.timeout)
+        finally:
+            if ctx.proc.poll() is None:
+                ctx.proc.kill()
+                ctx.proc.wait()
+    return Result(code, stdout.read_text(), stderr.read_text())
+
+
+# --- what every case must leave -------------------------------------------------------------
+
+
+def snapshot(root: Path) -> dict[Path, bytes]:
+    out = {}
+    if root.exists():
+        for path in root.rglob("*"):
+            if path.is_file() and not path.is_symlink() and not path.name.startswith(".lock"):
+                try:
+                    out[path] = path.read_bytes()
+                except OSError:
+                    pass
+    return out
+
+
+def verify(case: Case, ctx: Ctx, before: dict[Path, bytes], result: Result) -> None:
+    said = (
+        f"{case.id}: exit {result.code}\nstdout: {result.stdout[-1500:]}\n"
+        f"stderr: {result.stderr[-3000:]}"
+    )
+    codes = case.code if isinstance(case.code, tuple) else (case.code,)
+    assert result.code in codes, said
+    if not case.traceback:
+        assert "Traceback" not in result.stderr, said
+    lines = result.lines
+    if case.line:
+        # how the run ended: stderr, or for a run that succeeded (exit 0) its last stdout line
+        said_last = lines if 0 not in codes else result.stdout.strip().splitlines()
+        assert said_last, said
+        assert re.search(case.line, said_last[-1]), f"{said}\nexpected /{case.line}/"
+    one_line = case.one_line if case.one_line is not None else case.code == 2
+    if one_line:
+        assert len(lines) == 1, said
+    leftovers = [p for p in ctx.tmp.rglob("*") if p.name.endswith(".tmp") or p.name == ".reserve"]
+    assert not leftovers, f"{said}\nleft behind: {leftovers}"
+    summaries = {}
+    for path in ctx.tmp.rglob("summary.json"):
+        if ".superseded" in path.parts or not path.is_file():
+            continue
+        try:
+            summaries[path] = json.loads(path.read_text())
+        except (ValueError, OSError):
+            summaries[path] = None  # damaged (planted)
+    if result.code not in (0, 3):
+        for path, summary in summaries.items():
+            if before.get(path) == path.read_bytes():
+                continue  # planted, untouched
+            assert not (isinstance(summary, dict) and summary.get("status") in FINISHED), (
+                f"{said}\n{path} marked {summary.get('status')} by a failed command"
+            )
+    if case.cmd == "run" and case.out_root and case.status != "any":
+        try:
+            run_dir = ctx.run_dir()
+        except Exception:  # the case's overrides do not compose: nothing to name
+            run_dir = None
+        if run_dir is not None:
+            path = run_dir / "summary.json"
+            if case.status is None:
+                assert not path.is_file() or path in before, f"{said}\n{path} written"
+            else:
+                summary = json.loads(path.read_text())
+                assert summary["status"] == case.status, f"{said}\n{summary}"
+    if case.code == 2:  # refused: everything planted is as it was
+        for path, content in before.items():
+            assert path.exists() and path.read_bytes() == content, f"{said}\n{path} changed"
+    no_dir = case.no_dir
+    if no_dir is None:
+        no_dir = case.inproc and case.setup is None and case.code == 2 and case.cmd == "run"
+    if no_dir:
+        assert not (ctx.out / "runs").exists(), f"{said}\na run directory was made"
+    if case.check is not None:
+        case.check(ctx, result)
+    assert_no_process_left(ctx)
+
+
+FINISHED = ("completed", "diverged")
+
+
+def marked_processes(mark: str) -> list[int]:
+    """The live processes whose environment holds the case's marker."""
+    found = []
+    needle = f"{MARK}={mark}".encode()
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            if needle not in (entry / "environ").read_bytes():
+                continue
+            state = (entry / "stat").read_text().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        if state != "Z":
+            found.append(int(entry.name))
+    return found
+
+
+def assert_no_process_left(ctx: Ctx) -> None:
+    if ctx.proc is None:
+        return
+    deadline = time.monotonic() + 15  # the kernel's reaping, not the suite's: generous
+    while marked_processes(ctx.mark) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    left = marked_processes(ctx.mark)
+    for pid in left:  # do not leave them to the next test either
+        with contextlib.suppress(OSError):
+            os.kill(pid, signal.SIGKILL)
+    assert not left, f"{ctx.case.id}: processes left behind: {left}"
+
+
+# --- helpers for the table ------------------------------------------------------------------
+
+
+def wait_for(what: Callable[[], bool], ctx: Ctx, timeout: float = 300) -> None:
+    """Poll until `what()` (every 20 ms); fail when the case's process ended first."""
+    deadline = time.monotonic() + timeout
+    while not what():
+        assert ctx.proc is not None and ctx.proc.poll() is None, (
+            f"{ctx.case.id}: the process ended before the moment to act"
+        )
+        assert time.monotonic() < deadline, f"{ctx.case.id}: the moment to act never came"
+        time.sleep(0.02)
+
+
+def catches(pid: int, sig: int) -> bool:
+    """Whether process `pid` has a handler for `sig` (/proc: SigCgt)."""
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("SigCgt:"):
+                return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
+    except OSError:
+        pass
+    return False
+
+
+def workers(ctx: Ctx) -> list[int]:
+    """The spawned workers of the case's process (marked, started by multiprocessing)."""
+    out = []
+    for pid in marked_processes(ctx.mark):
+        try:
+            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+        except OSError:
+            continue
+        if b"spawn_main" in cmdline:
+            out.append(pid)
+    return sorted(out)
+
+
+def evaluated(ctx: Ctx) -> bool:
+    """The run's first evaluation is on disk (it trains)."""
+    return any(p.stat().st_size for p in ctx.out.glob("runs/*/metrics.jsonl"))
+
+
+def checkpointed(ctx: Ctx) -> bool:
+    return any(ctx.out.glob("runs/*/checkpoint/latest.json"))
+
+
+def summary_of(ctx: Ctx) -> dict:
+    (path,) = [p for p in ctx.out.glob("runs/*/summary.json")]
+    return json.loads(path.read_text())
+
+
+def send(*signals: int, gap: float = 0.02) -> Callable[[Ctx], None]:
+    def act(ctx: Ctx) -> None:
+        for sig in signals:
+            ctx.proc.send_signal(sig)
+            time.sleep(gap)
+
+    return act
+
+
+def then(*acts: Callable[[Ctx], None]) -> Callable[[Ctx], None]:
+    def act(ctx: Ctx) -> None:
+        for a in acts:
+            a(ctx)
+
+    return act
+
+
+def when(condition: Callable[[Ctx], bool], timeout: float = 300) -> Callable[[Ctx], None]:
+    return lambda ctx: wait_for(lambda: condition(ctx), ctx, timeout)
+
+
+def importing(ctx: Ctx) -> bool:
+    """run.py is past Python's start-up (its first handler is in place), still importing."""
+    return catches(ctx.proc.pid, signal.SIGTERM)
