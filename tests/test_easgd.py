@@ -102,6 +102,8 @@ def test_yaml_keys_equal_config_fields():
     for name in VARIANTS:
         node = yaml.safe_load((conf / f"{name}.yaml").read_text())
         assert node.pop("name") == name
+        # the schema that types the node (experiments/schema.py), then the file's own values
+        assert node.pop("defaults") == [f"/schema/algorithm/{name}@_here_", "_self_"]
         assert node == dataclasses.asdict(Config())
 
 

@@ -176,11 +176,17 @@ def test_ctrl_c_with_checkpointing_on_saves_and_resumes(tmp_path):
     assert summary(run_dir)["interrupted"]["requeue"] is None  # no SLURM here
 
 
+def _choices(group: str) -> str:
+    """The options of a config group as the error lists them (every option of conf/<group>)."""
+    conf = Path(__file__).resolve().parents[1] / "conf" / group
+    return ", ".join(sorted(p.stem for p in conf.glob("*.yaml")))
+
+
 BAD = [
-    (["algorithm=foo"], "error: unknown algorithm 'foo'; choose from cocod_sgd, eamsgd"),
+    (["algorithm=foo"], f"error: unknown algorithm 'foo'; choose from {_choices('algorithm')}"),
     (["dataset=foo"], "error: unknown dataset 'foo'; choose from cifar10, digits, synthetic"),
     (["partition=foo"], "error: unknown partition 'foo'; choose from dirichlet, iid, noniid"),
-    (["network=foo"], "error: unknown network 'foo'; choose from ethernet10g"),
+    (["network=foo"], f"error: unknown network 'foo'; choose from {_choices('network')}"),
     (["tau=abc"], "error: tau must be an integer, got 'abc'"),
     (["tau=0"], "error: tau must be an integer >= 1, got 0"),
     (["workers=0"], "error: workers must be an integer >= 1, got 0"),
