@@ -93,7 +93,7 @@ bench-quick: $(STAMP) ## The benchmarks' code path in a few steps (no figure is 
 	$(PY) -m benchmarks --quick
 
 docs: $(STAMP) ## Regenerate docs/config.md (every config key) from the schema
-	$(PY) -m experiments.config_doc > docs/config.md
+	$(PY) -m experiments.config.config_doc > docs/config.md
 
 smoke: $(STAMP) ## One tiny run on synthetic data with 2 workers (seconds)
 	$(PY) run.py scale=smoke dataset=synthetic wandb.mode=disabled "out_root='$(OUT)/smoke'"

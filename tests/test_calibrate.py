@@ -1,5 +1,5 @@
-"""The virtual clock's calibration (experiments/calibrate.py): measured once on copies, agreed
-across workers, leaving the training untouched; device time on an accelerator (a fake device
+"""The virtual clock's calibration (experiments/training/calibrate.py): measured once on copies,
+agreed across workers, leaving the training untouched; device time on an accelerator (a fake device
 here); the communication layer's call accounting that separates an algorithm's work from its
 communication."""
 
@@ -12,10 +12,10 @@ import torch
 
 import algorithms
 from algorithms.comm import Comm
-from experiments import calibrate
-from experiments.calibrate import Calibration, round_significant, steps_in_rounds
-from experiments.clock import Compute, DeviceTimer, Network, VirtualClock
-from experiments.models import TinyCNN
+from experiments.training import calibrate
+from experiments.training.calibrate import Calibration, round_significant, steps_in_rounds
+from experiments.training.clock import Compute, DeviceTimer, Network, VirtualClock
+from experiments.training.models import TinyCNN
 from tests.steps import flat_params, hook_steps, rank_batches
 
 STEPS = 7

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from experiments import cifar10 as cifar10_module
-from experiments.cifar10 import CIFAR10_MEAN, CIFAR10_STD
-from experiments.data import load_dataset, prepare_dataset
+from experiments.data import cifar10 as cifar10_module
+from experiments.data.cifar10 import CIFAR10_MEAN, CIFAR10_STD
+from experiments.data.datasets import load_dataset, prepare_dataset
 from experiments.errors import UserError
 from tests.cifar_files import write_cifar10
 
@@ -133,10 +133,10 @@ def test_cifar10_loads_own_format_without_checksums(tmp_path):
         assert x.shape == (3, 32, 32) and y == test_labels[i]
         torch.testing.assert_close(x, expected_tensor(test_images[i]))
 
-    # Train items: random crop + flip drawn from the sampler's generator (experiments/data.py,
-    # Augmented), so repeated draws for one image differ, and the same generator state gives
-    # the same views.
-    from experiments.data import Augmented
+    # Train items: random crop + flip drawn from the sampler's generator
+    # (experiments/data/datasets.py, Augmented), so repeated draws for one image differ, and the
+    # same generator state gives the same views.
+    from experiments.data.datasets import Augmented
 
     assert bundle.augment is not None
     shard = Augmented(bundle.train, bundle.augment)

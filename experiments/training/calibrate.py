@@ -23,7 +23,7 @@ before the first training step:
 4. agrees across workers: the MEAN of the workers' values (one all-reduce of bookkeeping, not
    accounted), rounded to SIGNIFICANT digits so that the recorded value is the value used.
 
-The virtual clock then charges per local step (experiments/clock.py):
+The virtual clock then charges per local step (experiments/training/clock.py):
 
     step time       step_time_s = the pinned value, else the measured median step
     algorithm time  algo_time_s = the pinned value, else
@@ -49,7 +49,7 @@ Choices [I]:
   charge equals the measured total, and within a round it moves at most one round's algorithm
   work (a small part of one step) earlier than where it happens.
 - The work of `drain()` / `finish()` (evaluation points and the end) is not charged on the
-  virtual clock; on the real clock it is measured like the hooks' (experiments/loop.py).
+  virtual clock; on the real clock it is measured like the hooks' (experiments/training/loop.py).
 - The calibration's steps are the run's first ones (t = 0, 1, ...): an algorithm whose work
   changes later (PowerSGD with `start_step` > 0 compresses only from then on) is charged what
   its first steps cost; pin `compute.algo_time_s` for such a run.
@@ -72,7 +72,7 @@ import torch.nn.functional as F
 
 from algorithms.base import Algorithm
 from algorithms.comm import Comm, WallClock
-from experiments.clock import Compute, DeviceTimer
+from experiments.training.clock import Compute, DeviceTimer
 
 WARMUP_ROUNDS = 1  # whole rounds, at least WARMUP_STEPS steps, not measured
 WARMUP_STEPS = 2
