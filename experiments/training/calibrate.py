@@ -13,7 +13,8 @@ before the first training step:
    forked RNG, never through the training loader) are untouched;
 2. runs WARMUP_ROUNDS whole rounds that are not measured (allocations, lazy initialisation),
    then at least MEASURED_STEPS steps in whole rounds (`tau` steps for round-based methods, 1
-   for the others), timing on the device's clock (synchronised at both ends of each region):
+   for the others; a round longer than MAX_ROUND_STEPS: MEASURED_STEPS of its local steps,
+   without its sync), timing on the device's clock (synchronised at both ends of each region):
    - the step: forward + backward + the local optimizer's step;
    - the algorithm's work: time in its hooks (`before_step`, `after_step`) minus the time spent
      inside the calibration Comm's calls (`ledger.call_s`: collectives, their buffers, waits);
@@ -77,6 +78,11 @@ from experiments.training.clock import Compute, DeviceTimer
 WARMUP_ROUNDS = 1  # whole rounds, at least WARMUP_STEPS steps, not measured
 WARMUP_STEPS = 2
 MEASURED_STEPS = 10  # at least this many steps, in whole rounds
+# Longest round measured whole. A longer round (e.g. `local_sgd tau=1000`, the benchmarks' loop
+# overhead) is measured over MEASURED_STEPS steps of its first round, without its sync: its
+# once-per-round work amortised over more than this many steps is below the clock's rounding,
+# and measuring whole rounds of it would cost more steps than many runs train.
+MAX_ROUND_STEPS = 64
 SIGNIFICANT = 4  # digits of the recorded values
 
 
@@ -211,8 +217,11 @@ def calibrate(
     comm = algo.comm
     timer = timer if timer is not None else DeviceTimer(batch[0].device)
     tau = algo.tau if algo.periodic else 1
-    warmup = max(steps_in_rounds(WARMUP_STEPS, tau), WARMUP_ROUNDS * tau)
-    steps = steps_in_rounds(measured_steps, tau)
+    if tau > MAX_ROUND_STEPS:  # the first round's local steps only (MAX_ROUND_STEPS)
+        warmup, steps = WARMUP_STEPS, measured_steps
+    else:
+        warmup = max(steps_in_rounds(WARMUP_STEPS, tau), WARMUP_ROUNDS * tau)
+        steps = steps_in_rounds(measured_steps, tau)
     samples, work = measure(algo, batch, lr_at, timer, warmup, steps)
     median = statistics.median(samples)
     m = comm.world_size
