@@ -355,15 +355,23 @@ def catches(pid: int, sig: int) -> bool:
 
 
 def workers(ctx: Ctx) -> list[int]:
-    """The spawned workers of the case's process (marked, started by multiprocessing)."""
-    out = []
+    """The worker processes of the case's process (marked): forked by its forkserver
+    (experiments/workers/startup.py: the server's children, not the server itself), or
+    spawned (`COMMSGD_START_METHOD=spawn`)."""
+    cmdlines, parents = {}, {}
     for pid in marked_processes(ctx.mark):
         try:
-            cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+            cmdlines[pid] = Path(f"/proc/{pid}/cmdline").read_bytes()
+            stat = Path(f"/proc/{pid}/stat").read_text()
         except OSError:
             continue
-        if b"spawn_main" in cmdline:
-            out.append(pid)
+        parents[pid] = int(stat.rsplit(")", 1)[1].split()[1])
+    servers = {pid for pid, cmd in cmdlines.items() if b"forkserver" in cmd}
+    out = [
+        pid
+        for pid, cmd in cmdlines.items()
+        if b"spawn_main" in cmd or (pid in servers and parents.get(pid) in servers)
+    ]
     return sorted(out)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import threading
 import time
@@ -271,3 +272,40 @@ def test_the_forkservers_stop_signals_are_the_checkpoints():
     from experiments.workers import startup
 
     assert set(startup.STOP_SIGNALS) == set(checkpoint.STOPS)
+
+
+def test_workers_forked_by_the_forkserver_start_with_the_stop_signals_blocked(tmp_path):
+    """A stop that comes while a worker starts up must wait for its handlers: the forkserver
+    (started by startup.warm, in a fresh process as run.py starts it) passes the blocked stop
+    signals on to every worker it forks."""
+    import subprocess
+    import sys
+
+    from experiments.workers import startup
+
+    if startup.start_method() != "forkserver":
+        pytest.skip("workers are not forked from a forkserver here")
+    code = (
+        "import multiprocessing, signal\n"
+        "from experiments.workers import startup\n"
+        "def blocked():\n"
+        "    return [int(s) for s in signal.pthread_sigmask(signal.SIG_BLOCK, [])]\n"
+        "if __name__ == '__main__':\n"
+        "    startup.warm()\n"
+        "    with multiprocessing.get_context('forkserver').Pool(1) as pool:\n"
+        "        print(sorted(pool.apply(blocked)))\n"
+    )
+    script = tmp_path / "mask_check.py"
+    script.write_text(code)
+    root = str(Path(__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env={**os.environ, "PYTHONPATH": root},
+    )
+    assert out.returncode == 0, out.stderr
+    blocked = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    assert {int(s) for s in startup.STOP_SIGNALS} <= blocked, blocked

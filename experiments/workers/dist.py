@@ -352,25 +352,31 @@ def _join(context, grace: float, failures=None) -> _Failed | None:
             return False
 
     first = None
+    batch: list[int] = []  # the workers found failed in the poll that found the first
     while pending and first is None:
         for sentinel in wait(list(pending), timeout=0.5):
             index = pending.pop(sentinel)
             processes[index].join()
-            if processes[index].exitcode != 0 and first is None:
-                first = index
-        if first is None:
-            first = next((i for i in pending.values() if reported(i)), None)
+            if processes[index].exitcode != 0:
+                batch.append(index)
+        if not batch:
+            batch = [i for i in pending.values() if reported(i)]
+        first = min(batch) if batch else None
     if first is None:
         return None
     deadline = time.monotonic() + grace
     for p in processes:
         p.join(max(0.0, deadline - time.monotonic()))
     lingering = [i for i, p in enumerate(processes) if p.is_alive() and not reported(i)]
-    # The workers' own notes say who failed first: the exits of a failed worker and of the
-    # peers it brought down can come in the same poll.
-    noted = _first_failure(failures) if failures is not None else None
-    if noted is not None:
-        first = noted
+    # Who failed first, when one poll found several: a worker that died without a note (killed
+    # by a signal, or exited) came before the peers it brought down (they note their failure);
+    # else the workers' own notes say (the forkserver may report two exits in the same poll).
+    notes = _failure_notes(failures) if failures is not None else {}
+    silent = [i for i in batch if i not in notes]
+    if silent:
+        first = silent[0]
+    elif notes:
+        first = min(notes, key=notes.get)
     for p in processes:
         if p.is_alive():
             p.terminate()
@@ -462,12 +468,13 @@ def _one_line(cause: str) -> Exception | None:
     return error
 
 
-def _first_failure(failures) -> int | None:
-    """The rank that failed first, from the workers' notes (None: none noted)."""
-    noted = []
+def _failure_notes(failures) -> dict[int, float]:
+    """rank -> the time it noted its failure, from the workers' notes (`note_failure`)."""
+    notes: dict[int, float] = {}
     while not failures.empty():
-        noted.append(failures.get())
-    return min(noted)[1] if noted else None
+        when, rank = failures.get()
+        notes[rank] = min(when, notes.get(rank, when))
+    return notes
 
 
 def become_spawned_worker() -> None:

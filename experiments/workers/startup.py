@@ -86,11 +86,14 @@ def warm() -> None:
     starts with the stop signals blocked, as experiments/workers/dist.py `spawn` starts workers: the
     workers it forks inherit the mask and unblock the signals once their handlers are in place
     (a stop during a worker's start-up waits for it, never kills it mid-import)."""
-    from multiprocessing import forkserver
+    from multiprocessing import forkserver, resource_tracker
 
     if start_method() != "forkserver":
         return
     context()
+    # The resource tracker first: starting it unblocks SIGINT and SIGTERM in this thread
+    # afterwards (multiprocessing/resource_tracker.py), which would undo the mask below.
+    resource_tracker.ensure_running()
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         forkserver.ensure_running()
