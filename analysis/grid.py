@@ -59,10 +59,14 @@ class Preset:
 
 
 def compose_preset(
-    experiment: str, scale: str | None = None, conf_dir: str | os.PathLike = CONF_DIR
+    experiment: str,
+    scale: str | None = None,
+    conf_dir: str | os.PathLike = CONF_DIR,
+    overrides: Iterable[str] = (),
 ) -> Preset:
-    """Compose `experiment=<experiment>` (and `scale=<scale>` when given) with Hydra's compose API
-    and return its sweep params and report node; a UserError when it cannot be composed."""
+    """Compose `experiment=<experiment>` (and `scale=<scale>` when given, then `overrides`: what
+    the sweep was given on top, e.g. `cluster=sim`) with Hydra's compose API and return its
+    sweep params and report node; a UserError when it cannot be composed."""
     from omegaconf import OmegaConf
 
     from analysis.load import _to_dict_resolving_what_we_can
@@ -70,7 +74,7 @@ def compose_preset(
     conf_dir = Path(conf_dir).resolve()
     if not (conf_dir / "experiment" / f"{experiment}.yaml").is_file():
         raise UserError(f"no preset {conf_dir / 'experiment' / experiment}.yaml")
-    cfg = _compose(conf_dir, _base_overrides(experiment, scale), with_hydra=True)
+    cfg = _compose(conf_dir, [*_base_overrides(experiment, scale), *overrides], with_hydra=True)
     params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=False) or {}
     report = cfg.get("report")
     report = _to_dict_resolving_what_we_can(report) if report is not None else {}
@@ -107,9 +111,11 @@ class PointConfigs:
         scale: str | None = None,
         conf_dir: str | os.PathLike = CONF_DIR,
         groups: Iterable[str] = GROUPS,
+        overrides: Iterable[str] = (),
     ) -> None:
         self.conf_dir = Path(conf_dir).resolve()
-        self.base = _base_overrides(experiment, scale)
+        # the sweep's own overrides (`cluster=sim` sets the clock: part of a point's config)
+        self.base = [*_base_overrides(experiment, scale), *overrides]
         self.groups = set(groups)
         self._cache: dict[tuple[str, ...], dict[str, Any]] = {}
 
@@ -124,7 +130,9 @@ class PointConfigs:
         if overrides not in self._cache:
             try:
                 cfg = _compose(self.conf_dir, [*self.base, *overrides], with_hydra=False)
-                self._cache[overrides] = _flatten(_to_dict_resolving_what_we_can(cfg))
+                flat = _flatten(_to_dict_resolving_what_we_can(cfg))
+                # named as load.py names them (`lr` of the config is `config.lr`)
+                self._cache[overrides] = {_config_column(k): v for k, v in flat.items()}
             except UserError:
                 self._cache[overrides] = {}
         return {**self._cache[overrides], **point}
@@ -150,9 +158,16 @@ def _compose(conf_dir: Path, overrides: list[str], with_hydra: bool) -> Any:
 
 
 def grid_column(key: str, groups: Iterable[str] = GROUPS) -> str:
-    """The config column an override key sets: `algorithm` -> `algorithm.name`, `+tau` -> `tau`."""
+    """The config column an override key sets: `algorithm` -> `algorithm.name`, `+tau` -> `tau`,
+    `lr` -> `config.lr` (a config key named like a metric: analysis/load.py, METRIC_KEYS)."""
     key = key.lstrip("+~")
-    return f"{key}.name" if "." not in key and key in set(groups) else key
+    return f"{key}.name" if "." not in key and key in set(groups) else _config_column(key)
+
+
+def _config_column(key: str) -> str:
+    from analysis.load import METRIC_KEYS
+
+    return f"config.{key}" if key in METRIC_KEYS else key
 
 
 def sweep_values(key: str, value: Any) -> list[Any]:

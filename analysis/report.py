@@ -211,6 +211,7 @@ def report_experiment(
     report_node: Mapping[str, Any] | None = None,
     conf_dir: str | os.PathLike = CONF_DIR,
     command: str | None = None,
+    overrides: Sequence[str] = (),
 ) -> dict[str, Any]:
     """Report the preset `experiment` from its runs under `roots` into `out_dir`.
 
@@ -221,7 +222,9 @@ def report_experiment(
     (a preset that cannot be composed leaves the grid empty, with a note on stderr); an empty
     mapping checks no grid. `report_node` replaces the preset's
     `report:` node, which is otherwise read from the runs' config, else from the composed preset.
-    `command` goes to `provenance.txt` (default: this process's command line).
+    `command` goes to `provenance.txt` (default: this process's command line). `overrides` are
+    the ones the sweep was given on top of the preset (`cluster=sim`, which sets the clock): the
+    grid's points are composed with them.
 
     Returns `table` (the `experiment_table` DataFrame), `markdown`, `table_md`, `table_tex`,
     `table_csv`, `scaling` / `scaling_markdown` / `scaling_md` / `scaling_tex` / `scaling_csv`
@@ -248,7 +251,7 @@ def report_experiment(
     preset = None
     if grid is None:
         try:
-            preset = compose_preset(experiment, scale, conf_dir)
+            preset = compose_preset(experiment, scale, conf_dir, overrides)
         except UserError as error:
             print(f"note: {error}; grid points without a run are not listed", file=sys.stderr)
         sweeps = preset.sweeps if preset else []
@@ -274,7 +277,7 @@ def report_experiment(
         warnings.simplefilter("ignore", RecordWarning)
         frame = load_runs(*roots, statuses=FINISHED)
     frame = frame[frame["run_dir"].isin(set(finished["run_dir"]))]
-    point_config = PointConfigs(experiment, scale, conf_dir, groups) if preset else None
+    point_config = PointConfigs(experiment, scale, conf_dir, groups, overrides) if preset else None
     table = experiment_table(
         runs, rows, grid=points, metrics=frame, target_acc=target, point_config=point_config
     )
@@ -517,6 +520,14 @@ def main(argv: Sequence[str] | None = None) -> int:
     )
     parser.add_argument("--scale", metavar="SCALE", help="only the runs at this scale.name")
     parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override the sweep was run with (e.g. cluster=sim): the grid's points are "
+        "composed with it (repeatable)",
+    )
+    parser.add_argument(
         "--conf",
         type=Path,
         default=CONF_DIR,
@@ -540,6 +551,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 name=args.name,
                 conf_dir=args.conf,
                 command=command,
+                overrides=args.set,
             )
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)

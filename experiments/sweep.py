@@ -111,6 +111,8 @@ def main(argv: list[str] | None = None) -> int:
         str(runs_root / "runs"),
         "--out",
         str(out),
+        # the grid's points as the sweep composed them (cluster=sim sets the clock)
+        *(f"--set={o}" for o in [f"cluster={args.cluster}", *args.overrides]),
     ]
     code = subprocess.run(report, cwd=REPO).returncode
     provenance = out / "provenance.txt"

@@ -158,8 +158,9 @@ def test_tables_run_overlap_at_tau_1_with_the_papers_base_lr(preset, scale):
     for point in points:
         cfg = configs(point)
         overlap_tau1 = point["algorithm.name"] == "overlap_local_sgd" and point["tau"] == 1
-        assert cfg["lr"] == (0.15 if overlap_tau1 else base_lr), point
-        assert ("lr" in point) == overlap_tau1
+        # `config.lr`: the run frames' name of the config's lr (analysis/load.py)
+        assert cfg["config.lr"] == (0.15 if overlap_tau1 else base_lr), point
+        assert ("config.lr" in point) == overlap_tau1
     cells = {(p["algorithm.name"], p["tau"]) for p in points}
     assert cells == {
         (a, tau)
