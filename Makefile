@@ -22,7 +22,7 @@ SWEEP = $(PY) -m experiments.sweep --cluster $(CLUSTER) $(SWEEP_ARGS)
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-fast test-unit test-dist test-e2e test-slurm lint fmt demo \
-	smoke clean table1 table2 figures report bench bench-quick docs
+	smoke clean table1 table2 figures report bench bench-quick gpu-check docs
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -91,6 +91,9 @@ bench: $(STAMP) ## Performance benchmarks as ratios side by side (~10 min): benc
 
 bench-quick: $(STAMP) ## The benchmarks' code path in a few steps (no figure is a measurement)
 	$(PY) -m benchmarks --quick
+
+gpu-check: $(STAMP) ## Every CUDA code path one GPU reaches (<= 8 min): benchmarks/GPU-CHECK.md; no GPU: says so, exit 0
+	$(PY) -m benchmarks.gpu_check
 
 docs: $(STAMP) ## Regenerate docs/config.md (every config key) from the schema
 	$(PY) -m experiments.config_doc > docs/config.md

@@ -79,12 +79,14 @@ class Settings:
         2-core machine its steps then wait for a descheduled sibling thread (measured: up to
         6x slower per step under load), which would measure the neighbours, not the suite."""
         if self.device == "cuda":
-            return ["cluster.backend=nccl"]
+            return cuda_placement(MAX_WORKERS)
         return ["cluster.backend=gloo", "threads_per_worker=1"]
 
     def timed(self) -> list[str]:
         """The workload of the timing benchmarks: the cpu scale (digits, ResNet-18 width 8,
-        4 workers, batch 32), or a tiny one in quick mode."""
+        4 workers, batch 32), or a tiny one in quick mode (on either device)."""
+        if self.quick:
+            return ["dataset=synthetic", "dataset.num_train=256", "model=tiny_cnn", "workers=2"]
         if self.device == "cuda":
             return [
                 "dataset=synthetic",
@@ -98,6 +100,22 @@ class Settings:
         if self.quick:
             return ["dataset=synthetic", "dataset.num_train=256", "model=tiny_cnn", "workers=2"]
         return ["dataset=digits", "model=resnet18", "model.width=8", "workers=4"]
+
+
+MAX_WORKERS = 4  # the most workers of one timed run (the scaling family aside)
+
+
+def cuda_placement(workers: int) -> list[str]:
+    """Overrides that place `workers` workers on this machine's GPUs (experiments/dist.py,
+    place): one GPU each with NCCL when there are enough, else gloo on CUDA tensors with as
+    many workers per GPU as needed (a one-GPU machine runs every family that way)."""
+    import torch
+
+    gpus = max(1, torch.cuda.device_count())
+    share = -(-workers // gpus)
+    if share == 1:
+        return ["cluster.backend=nccl", "cluster.device=cuda"]
+    return ["cluster.backend=gloo", "cluster.device=cuda", f"cluster.workers_per_gpu={share}"]
 
 
 Context = dict  # what one family leaves for another (the measured compute step)
