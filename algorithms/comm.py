@@ -634,14 +634,14 @@ class Comm:
             self.ledger.call_s += self.timer() - start
 
     def _buffer(
-        self, tensors: list[torch.Tensor], slot: str | None, extra: int = 0
+        self, tensors: list[torch.Tensor], slot: str | None, extra: int = 0, turns: int = 2
     ) -> torch.Tensor:
         """A flat buffer for `tensors` (+ `extra` slots), reused across calls (see `mean_async`
-        for slots)."""
+        for slots and `turns`)."""
         t0 = tensors[0]
         key = (slot, t0.dtype, t0.device, sum(t.numel() for t in tensors) + extra)
         if slot is not None:
-            turn = self._turn[key] = 1 - self._turn.get(key, 1)
+            turn = self._turn[key] = (self._turn.get(key, -1) + 1) % turns
             key = (*key, turn)
         buf = self._buffers.get(key)
         if buf is None:
@@ -716,6 +716,7 @@ class Comm:
         slot: str | None = None,
         launch_at: float | None = None,
         after: Pending | None = None,
+        turns: int = 2,
     ) -> Pending:
         """Start averaging a snapshot of `tensors` in the background; `.wait()` returns it.
 
@@ -723,7 +724,9 @@ class Comm:
         collective runs (the worker keeps training on them). Without `slot` the buffer is new.
         With a `slot` (a name of the caller's), the slot's two preallocated buffers take turns:
         the averages `wait()` returns stay valid until the second-next `mean_async` on the
-        same slot, which fits an algorithm with at most one average in flight and one in use.
+        same slot, which fits an algorithm with at most one average in flight and one in use;
+        `turns=1`: one buffer, for a caller that reads each average before the slot's next
+        `mean_async` (sync_sgd's buckets: the memory of DDP's buckets, not twice it).
 
         Virtual clock only (ignored on the real one, where the times are measured):
         `launch_at` is the modeled launch time when it is earlier than the clock's now (a
@@ -731,7 +734,8 @@ class Comm:
         average this one queues behind on the link (it starts once that one completes).
         """
         tensors = list(tensors)
-        flat = flatten(tensors, out=self._buffer(tensors, slot) if slot is not None else None)
+        out = self._buffer(tensors, slot, turns=turns) if slot is not None else None
+        flat = flatten(tensors, out=out)
         sizes = [t.numel() for t in tensors]
         previous = after._collective if after is not None else None
         previous = previous if isinstance(previous, _Collective) else None

@@ -148,7 +148,9 @@ class SyncSGD(Algorithm):
             grads.append(p.grad)
         after = self._pending[-1] if self._pending else None
         self._pending.append(
-            self.comm.mean_async(grads, slot=f"bucket{k}", launch_at=launch_at, after=after)
+            self.comm.mean_async(
+                grads, slot=f"bucket{k}", launch_at=launch_at, after=after, turns=1
+            )
         )
         self._next = k + 1
 

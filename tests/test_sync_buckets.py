@@ -134,6 +134,8 @@ def _sim_worker(rank: int, group, bucket_mb: float):
     _, params = hook_steps(
         algo, model, opt, batches, on_backward=lambda t: launched.append(comm.ledger.collectives)
     )
+    if bucket_mb > 0:  # one preallocated buffer per bucket (DDP's memory), reused every step
+        assert len(comm._buffers) == len(algo.buckets)
     return params, launched, len(algo.buckets)
 
 
