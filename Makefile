@@ -118,7 +118,7 @@ gpu-check: $(STAMP) ## Every CUDA code path one GPU reaches (<= 8 min): benchmar
 	$(PY) -m benchmarks.gpu_check
 
 docs: $(STAMP) ## Regenerate docs/config.md (every config key) from the schema
-	$(PY) -m experiments.config_doc > docs/config.md
+	$(PY) -m experiments.config.config_doc > docs/config.md
 
 smoke: $(STAMP) ## One tiny run on synthetic data with 2 workers (seconds)
 	$(PY) run.py scale=smoke dataset=synthetic wandb.mode=disabled "out_root='$(OUT)/smoke'"

@@ -1,11 +1,11 @@
 """One run, or a sweep of runs: `python run.py key=value ...`, `python run.py -m ...`.
 
-Hydra composes the config against its schema (experiments/schema.py); every error of the
+Hydra composes the config against its schema (experiments/config/schema.py); every error of the
 command line or of a value is one `error: ...` line and exit code 2 before any run directory
 exists (experiments/preflight.py). Each run then starts `workers` processes (or is one worker,
 under torchrun/srun), trains, and leaves its record in `<out_root>/runs/<name>-<digest>`, named
-by its resolved config (experiments/identity.py): a rerun finds and skips a finished run of the
-same config, a changed config gets a new directory. A sweep (`-m`) runs every point through
+by its resolved config (experiments/config/identity.py): a rerun finds and skips a finished run of
+the same config, a changed config gets a new directory. A sweep (`-m`) runs every point through
 hydra_plugins/commsgd_sweeper: a failing point is recorded and the others run; the sweep exits
 non-zero at the end with one line per failed point. See README.md and docs/config.md.
 
@@ -121,11 +121,11 @@ def _say(line: str) -> None:
 
 
 def _raise_stop(signum: int, frame) -> None:
-    """run.py's stop signals while no worker runs (experiments/checkpoint.py, STOPS): stop now;
-    the runner records it (experiments/runner.py) and run.py exits with code 3. While workers
-    run, experiments/dist.py forwards the signals to them instead."""
+    """run.py's stop signals while no worker runs (experiments/store/checkpoint.py, STOPS): stop
+    now; the runner records it (experiments/runner.py) and run.py exits with code 3. While workers
+    run, experiments/workers/dist.py forwards the signals to them instead."""
     if signum == signal.SIGHUP:
-        from experiments.checkpoint import detach_closed_terminal
+        from experiments.store.checkpoint import detach_closed_terminal
 
         detach_closed_terminal()
     raise Stopped(signum)
@@ -164,15 +164,15 @@ def cli() -> None:
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from experiments.checkpoint import STOPS
     from experiments.preflight import describe
+    from experiments.store.checkpoint import STOPS
 
     for sig in STOPS:
         if sig != signal.SIGINT:
             signal.signal(sig, _raise_stop)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    from experiments import startup
+    from experiments.workers import startup
 
     if startup.starts_processes(sys.argv[1:]):
         startup.warm()  # the workers' forkserver imports torch while Hydra composes the config

@@ -1,7 +1,7 @@
 """The contract between the training loop and an algorithm.
 
-The loop (experiments/loop.py) knows no algorithm. For every local step t = 0, 1, 2, ... (one
-global counter across epochs) it runs
+The loop (experiments/training/loop.py) knows no algorithm. For every local step t = 0, 1, 2, ...
+(one global counter across epochs) it runs
 
     zero_grad -> forward -> backward -> before_step(t) -> optimizer.step() -> after_step(t)
 
@@ -18,7 +18,7 @@ and at the end `finish()`. Evaluation calls `eval_model()`.
   the parameter-server model w). `eval_needs_fresh_bn()` True: its BatchNorm running statistics
   were never computed on its weights (no worker trained those weights), so the evaluation
   recomputes them on a fixed set of this worker's training batches first
-  (experiments/evaluate.py).
+  (experiments/training/evaluate.py).
 
 The local optimizer is a plain `torch.optim.SGD`, built by `local_optimizer()` from the config;
 an algorithm never re-implements it, but may change its settings there (EASGD runs plain SGD
@@ -29,7 +29,7 @@ State: every value an algorithm keeps between steps (anchors, centres, error-fee
 factors, stale snapshots, counters, the accumulators of `metrics()`) is an attribute named in
 `state`, and every collective it may hold in flight between steps is an attribute named in
 `inflight`, so that `state_dict()` / `load_state_dict()` can checkpoint it
-(experiments/checkpoint.py). `state_dict()` does not drain: a collective in flight is saved as
+(experiments/store/checkpoint.py). `state_dict()` does not drain: a collective in flight is saved as
 its snapshot (`Pending.snapshot()`: the sum, waited for in real time, and its modeled times), so
 a run restored from a checkpoint continues exactly as the uninterrupted run, clock and ledger
 included. That needs every rank to have launched the collective; algorithms whose collectives

@@ -36,7 +36,8 @@ arithmetic, `DeviceMarks` the CUDA events; both are replaceable (tests use a fak
 Every call into `Comm` (and into a `Pending` it returned) also adds its real duration to
 `ledger.call_s`, read on `Comm.timer` (wall time by default; a `clock.DeviceTimer` waits for an
 accelerator's queued work): an algorithm's hook time minus the `call_s` it spent is the
-algorithm's own work (`time/algo_s`, experiments/loop.py and experiments/calibrate.py).
+algorithm's own work (`time/algo_s`, experiments/training/loop.py and
+experiments/training/calibrate.py).
 
 Compressed averages (`comm.compression`, `Codec` below): an accounted average may travel in a
 narrower wire format than the payload's dtype: fp16 or bf16 (a cast), or int8 with one float32
@@ -534,7 +535,7 @@ class Pending:
 class Comm:
     """Averaging over the workers of `group`, with a ledger of bytes, collectives and waits.
 
-    `clock` is the worker's clock (experiments/clock.py): real (optionally emulating the
+    `clock` is the worker's clock (experiments/training/clock.py): real (optionally emulating the
     network) or virtual; without one, plain wall time. `timer` reads the real time that
     `ledger.call_s` accounts (default `time.perf_counter`; a `clock.DeviceTimer` for device
     time). `marks`: how collectives on a device are timed (default: `DeviceMarks`, CUDA events,

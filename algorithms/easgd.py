@@ -54,7 +54,7 @@ Deviations from the paper and the reference code:
   statistics belong to other weights (algorithms.md section 12.15). With
   `algorithm.centre_bn=recompute` (default) `eval_needs_fresh_bn()` asks the loop to recompute
   the centre's statistics on a fixed set of this worker's training batches before it is
-  evaluated (experiments/evaluate.py; then averaged over the workers like every consensus
+  evaluated (experiments/training/evaluate.py; then averaged over the workers like every consensus
   model); `average` keeps the workers' averaged buffers (the suite's behaviour before issue 13,
   for comparison). The local models (`test/acc_local`, the reference's number) are evaluated
   beside it. Measured on the demo config (`python run.py -m experiment=demo

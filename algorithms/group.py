@@ -1,7 +1,7 @@
 """Where a collective goes: the processes of a torch.distributed group, or the other worker
 threads of this process (`cluster=sim`).
 
-`Comm` (algorithms/comm.py) and the suite's own agreements (experiments/checkpoint.py: stop
+`Comm` (algorithms/comm.py) and the suite's own agreements (experiments/store/checkpoint.py: stop
 requests, checkpoint digests) talk to a `Group`; two implementations:
 
 - `TorchGroup`: a `torch.distributed` process group (gloo or NCCL), one worker per process;

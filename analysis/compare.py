@@ -3,7 +3,7 @@ them.
 
 A table row, a figure series or a side of a claim pools the seeds of one configuration and
 nothing else. Two runs belong together when every key of their resolved configurations that is
-part of a run's identity (`experiments.identity.is_identity_key`: not `out_root`, W&B, the
+part of a run's identity (`experiments.config.identity.is_identity_key`: not `out_root`, W&B, the
 launcher, ...) is equal, except the seed, and except `tau` for the methods that do not use it
 (`TAU_LESS`: they communicate every step, so their runs at any `tau` are one configuration).
 
@@ -27,7 +27,7 @@ import pandas as pd
 
 from analysis.grid import canonical
 from analysis.load import METRIC_KEYS, NETWORKS, TAU_LESS
-from experiments import identity
+from experiments.config import identity
 
 NO_TAU = "-"
 DEFAULT_ROWS = ("algorithm.name", "tau")
@@ -38,8 +38,8 @@ CONTEXT_KEYS = ("scale.name", "dataset.name", "model.name")
 
 
 def series_keys() -> tuple[str, ...]:
-    """The series-defining keys (experiments.identity.SERIES_KEYS: the one list W&B's tags use
-    too) as config columns; `algorithm.*` stands for every knob of the run's algorithm."""
+    """The series-defining keys (experiments.config.identity.SERIES_KEYS: the one list W&B's tags
+    use too) as config columns; `algorithm.*` stands for every knob of the run's algorithm."""
     from analysis.grid import grid_column
 
     return tuple(grid_column(str(key)) for key in identity.SERIES_KEYS)

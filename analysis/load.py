@@ -31,8 +31,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from experiments import records as run_records
 from experiments.errors import UserError
+from experiments.store import records as run_records
 
 # The algorithm names of contract.md, in the order tables and legends list them (baseline first;
 # the outer-optimizer variants of Local SGD, then Streaming DiLoCo, right after Local SGD).
@@ -89,7 +89,7 @@ class RecordWarning(UserWarning):
 
 
 # A record file that cannot be used: `path`, and `why` in a few words (the records' own class,
-# experiments/records.py: one validated reader per file for the runs and the analysis alike).
+# experiments/store/records.py: one validated reader per file for the runs and the analysis alike).
 DamagedRecord = run_records.DamagedRecord
 
 

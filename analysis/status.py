@@ -33,7 +33,7 @@ from typing import Any
 
 from analysis.load import RecordWarning, one_line_warnings
 from experiments.errors import UserError
-from experiments.records import DamagedRecord, read_json_object
+from experiments.store.records import DamagedRecord, read_json_object
 
 STATUSES = ("completed", "diverged", "running", "failed", "missing")
 
@@ -52,7 +52,7 @@ def run_dirs(root: Path) -> list[Path]:
 
 def _json(path: Path) -> dict:
     """A record file that must hold a JSON object: the records' own validated reader
-    (experiments/records.py); a DamagedRecord saying what is wrong."""
+    (experiments/store/records.py); a DamagedRecord saying what is wrong."""
     return read_json_object(path)
 
 

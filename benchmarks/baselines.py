@@ -4,8 +4,8 @@
     python -m benchmarks.baselines single --out R.json [--device cpu|cuda] KEY=VALUE ...
 
 The KEY=VALUE overrides are composed with the suite's Hydra config (conf/), so a baseline trains
-exactly what `python run.py KEY=VALUE ...` trains: the same model (`experiments.models`), the
-same data, partition, shards, batch size, DataLoader and seeds, the same optimizer settings and
+exactly what `python run.py KEY=VALUE ...` trains: the same model (`experiments.training.models`),
+the same data, partition, shards, batch size, DataLoader and seeds, the same optimizer settings and
 LR schedule, the same number of steps and the same threads per worker.
 
 - `ddp`: `workers` spawned processes (gloo on CPU, NCCL with one GPU each under --device cuda)
@@ -14,8 +14,8 @@ LR schedule, the same number of steps and the same threads per worker.
   stay local, as in the suite's sync_sgd.
 - `single`: one process, no process group, the whole training set (the suite with workers=1).
 
-Timed exactly like `time/train_s` of experiments/loop.py: per step, from fetching the batch to
-the loss's `.item()` (data + forward/backward/step + communication); start-up and process
+Timed exactly like `time/train_s` of experiments/training/loop.py: per step, from fetching the batch
+to the loss's `.item()` (data + forward/backward/step + communication); start-up and process
 creation are not timed. Rank 0's numbers are written to --out as JSON.
 """
 
@@ -59,10 +59,10 @@ def train(cfg: dict, rank: int, m: int, device: torch.device, wrap) -> dict:
     """Plain training of this worker's shard; `wrap(model)` returns the module to call."""
     from torch.utils.data import DataLoader, Subset
 
-    from experiments.data import load_dataset
-    from experiments.models import build_model
-    from experiments.partition import make_partition
-    from experiments.schedule import lr_at
+    from experiments.data.datasets import load_dataset
+    from experiments.data.partition import make_partition
+    from experiments.training.models import build_model
+    from experiments.training.schedule import lr_at
 
     seed, dtype = cfg["seed"], DTYPES[cfg.get("dtype", "float32")]
     bundle = load_dataset(cfg["dataset"])
@@ -134,11 +134,11 @@ def _ddp_worker(rank: int, m: int, cfg: dict, out: str, device_kind: str, port: 
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from experiments.dist import exit_spawned_worker, place
+    from experiments.workers.dist import exit_spawned_worker, place
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(threads_for(cfg, m))
-    # the suite's placement of the same config (experiments/dist.py): NCCL with one GPU per
+    # the suite's placement of the same config (experiments/workers/dist.py): NCCL with one GPU per
     # worker, or gloo on CUDA tensors with cluster.workers_per_gpu > 1
     cluster = cfg["cluster"]
     placement = place(
@@ -188,12 +188,12 @@ def no_buffer_sync() -> dict:
 def run_ddp(cfg: dict, out: Path, device_kind: str) -> None:
     import torch.multiprocessing as mp
 
-    from experiments.dist import free_port
+    from experiments.workers.dist import free_port
 
     m = cfg["workers"]
     if device_kind == "cuda":  # the placement's one-line error before any worker starts
-        from experiments.dist import place
         from experiments.errors import UserError
+        from experiments.workers.dist import place
 
         cluster = cfg["cluster"]
         try:

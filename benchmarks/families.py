@@ -131,7 +131,7 @@ MAX_WORKERS = 4  # the most workers of one timed run (the scaling family aside)
 
 
 def cuda_placement(workers: int) -> list[str]:
-    """Overrides that place `workers` workers on this machine's GPUs (experiments/dist.py,
+    """Overrides that place `workers` workers on this machine's GPUs (experiments/workers/dist.py,
     place): one GPU each with NCCL when there are enough, else gloo on CUDA tensors with as
     many workers per GPU as needed (a one-GPU machine runs every family that way)."""
     import torch
@@ -553,8 +553,8 @@ def overlap(s: Settings, ctx: Context) -> Section:
 def _model_bytes(overrides: list[str]) -> int:
     """fp32 bytes of the parameters of the model that `overrides` train."""
     from benchmarks.baselines import compose
-    from experiments.data import load_dataset
-    from experiments.models import build_model
+    from experiments.data.datasets import load_dataset
+    from experiments.training.models import build_model
 
     cfg = compose([o for o in overrides if not o.startswith("cluster.")])
     data = load_dataset(cfg["dataset"])
@@ -606,7 +606,7 @@ def volume(s: Settings, ctx: Context) -> Section:
 
     from algorithms.powersgd import floats_per_step
     from algorithms.streaming_diloco import split_fragments
-    from experiments.models import build_model
+    from experiments.training.models import build_model
 
     sec = Section(
         "volume",
@@ -1005,7 +1005,7 @@ TINY_RUN = [
     "timing=virtual",
     "compute.step_time_s=0.01",
 ]
-#: How worker processes were started before issue 16 (experiments/startup.py): a fresh
+#: How worker processes were started before issue 16 (experiments/workers/startup.py): a fresh
 #: interpreter per worker, torch._dynamo imported by the first optimizer step.
 BEFORE = {"COMMSGD_START_METHOD": "spawn", "COMMSGD_EAGER_DYNAMO": "0"}
 
@@ -1031,8 +1031,8 @@ def sim(s: Settings, ctx: Context) -> Section:
         "that is nothing but fixed cost (smoke scale, 2 workers, one step each, one evaluation "
         "of 64 samples, W&B off): `cluster=sim` (threads of one process), `cluster=local` "
         "(worker processes forked from a forkserver with torch and the suite preloaded, "
-        "torch._dynamo kept out of the optimizer path: experiments/startup.py) and the same "
-        "processes started as before issue 16 (`COMMSGD_START_METHOD=spawn "
+        "torch._dynamo kept out of the optimizer path: experiments/workers/startup.py) and the "
+        "same processes started as before issue 16 (`COMMSGD_START_METHOD=spawn "
         "COMMSGD_EAGER_DYNAMO=0`: a fresh interpreter per worker), interleaved, medians. "
         "Throughput: m workers of the cpu-scale model (ResNet-18 width 8, batch 32 each, "
         "synthetic 1x8x8 data, local_sgd without syncs) with `cluster=sim`, against one worker "
@@ -1041,7 +1041,7 @@ def sim(s: Settings, ctx: Context) -> Section:
         "between metrics rows watched from outside (the virtual clock's times are modeled), "
         "epoch 1 left out, interleaved, ratio of medians. Mechanisms: the same step measured "
         "in one process for one model, the m replicas one after the other, in m threads, and "
-        "batched with vmap (`benchmarks/sim.py`, the numbers behind experiments/sim.py's "
+        "batched with vmap (`benchmarks/sim.py`, the numbers behind experiments/workers/sim.py's "
         "design note).",
         ["figure", "workload", "measured", "contrast", "ratio", "per rep", "target"],
     )

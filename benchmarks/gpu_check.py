@@ -4,14 +4,15 @@
 Checks, in order (each with its own time limit, all within the budget; one that fails does not
 stop the others):
 
-1. placement: experiments/dist.py `place` on this machine's GPUs (one GPU per worker with NCCL,
-   k workers per GPU with gloo on CUDA tensors) and run.py's one-line refusal of more workers
-   than GPUs, before any worker starts;
+1. placement: experiments/workers/dist.py `place` on this machine's GPUs (one GPU per worker
+   with NCCL, k workers per GPU with gloo on CUDA tensors) and run.py's one-line refusal of
+   more workers than GPUs, before any worker starts;
 2. ledger on CUDA events (algorithms/comm.py): 2 gloo processes on CUDA tensors and one NCCL
    rank: a blocking average behind queued compute (exposed = the stall, not the queue), a
    non-blocking one under compute (hidden > 0), against the host timer the ledger used before;
 3. the clocks on the GPU: `timing=virtual compute.step_time_s=measured` (device time of a step,
-   experiments/calibrate.py) and `timing=real` with 2 workers on one GPU: the ledger adds up;
+   experiments/training/calibrate.py) and `timing=real` with 2 workers on one GPU: the ledger
+   adds up;
 4. every registry algorithm for a few steps: 2 worker processes sharing the GPU (gloo on CUDA
    tensors) and 4 in-process workers on it (`cluster=sim`);
 5. dtypes: the suite offers float32 and float64 (no mixed precision); float64 on the GPU;
@@ -65,8 +66,8 @@ def check_placement(budget: Budget) -> list[str]:
     import torch
 
     from benchmarks import harness as h
-    from experiments.dist import place
     from experiments.errors import UserError
+    from experiments.workers.dist import place
 
     gpus = torch.cuda.device_count()
     out = []
@@ -121,7 +122,7 @@ def _ledger_worker(rank: int, m: int, backend: str, port: int, out_dir: str) -> 
 
     from algorithms.comm import Comm
     from algorithms.group import TorchGroup
-    from experiments.clock import Compute, Network, RealClock
+    from experiments.training.clock import Compute, Network, RealClock
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.cuda.set_device(0)
@@ -175,7 +176,7 @@ def _ledger_worker(rank: int, m: int, backend: str, port: int, out_dir: str) -> 
 def _ledger_run(m: int, backend: str, budget: Budget) -> dict:
     import torch.multiprocessing as mp
 
-    from experiments.dist import free_port
+    from experiments.workers.dist import free_port
 
     with tempfile.TemporaryDirectory() as tmp:
         ctx = mp.start_processes(

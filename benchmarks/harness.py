@@ -331,7 +331,7 @@ def machine() -> dict[str, str]:
                 break
     except OSError:
         pass
-    from experiments.records import git_sha
+    from experiments.store.records import git_sha
 
     gpu = "none"
     if torch.cuda.is_available():

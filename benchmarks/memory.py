@@ -104,7 +104,7 @@ def model_storages(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> 
 def _measure_one(spec: dict, rank: int, device: torch.device, fresh: bool) -> dict:
     import algorithms
     from algorithms.comm import Comm
-    from experiments.models import build_model
+    from experiments.training.models import build_model
 
     torch.manual_seed(0)
     c, size, classes = spec["channels"], spec["image_size"], spec["classes"]
@@ -152,14 +152,14 @@ def _worker(rank: int, m: int, specs: list[dict], out_dir: str, port: int, fresh
 
     import torch.distributed as dist
 
-    from experiments.dist import exit_spawned_worker
+    from experiments.workers.dist import exit_spawned_worker
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
     cuda = specs[0]["device"] == "cuda"
     backend, device = "gloo", torch.device("cpu")
     if cuda:  # the suite's placement: a GPU each with NCCL, else gloo with GPUs shared
-        from experiments.dist import place
+        from experiments.workers.dist import place
 
         share = -(-m // max(1, torch.cuda.device_count()))
         placement = place("auto", rank, m, device="cuda", workers_per_gpu=share, bound=False)
@@ -185,7 +185,7 @@ def measure(specs: list[dict], workers: int) -> list[list[dict]]:
     count (Linux), else fresh processes per spec."""
     import torch.multiprocessing as mp
 
-    from experiments.dist import free_port
+    from experiments.workers.dist import free_port
 
     # Every allocation of 64 KiB or more gets its own mapping, returned to the OS when freed:
     # a freed buffer of one algorithm cannot hide the next one's allocations from the RSS.

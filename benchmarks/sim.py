@@ -1,5 +1,5 @@
 """Mechanisms for m workers in one process, side by side on the same model and data: the numbers
-behind the design note of experiments/sim.py.
+behind the design note of experiments/workers/sim.py.
 
     python -m benchmarks.sim --workers 4 [--width 8] [--batch 32] [--device cpu] [--reps 10]
 
@@ -37,7 +37,7 @@ def measure(
     workers: int, width: int = 8, batch: int = 32, device: str = "cpu", reps: int = 10
 ) -> dict:
     from benchmarks.harness import low_quantile
-    from experiments.models import build_model
+    from experiments.training.models import build_model
 
     dev = torch.device(device)
     channels, size = (1, 8) if device == "cpu" else (3, 32)

@@ -43,9 +43,9 @@ def _worker(rank: int, m: int, spec: dict, out_dir: str, port: int) -> None:
     import algorithms
     from algorithms.comm import Comm
     from benchmarks.baselines import no_buffer_sync
-    from experiments.clock import make_clock
-    from experiments.dist import exit_spawned_worker
-    from experiments.models import build_model
+    from experiments.training.clock import make_clock
+    from experiments.training.models import build_model
+    from experiments.workers.dist import exit_spawned_worker
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
@@ -119,7 +119,7 @@ def measure(spec: dict, workers: int) -> dict[str, list[float]]:
     """Rank 0's per-step times of every side in `spec["sides"]`."""
     import torch.multiprocessing as mp
 
-    from experiments.dist import free_port
+    from experiments.workers.dist import free_port
 
     with tempfile.TemporaryDirectory(prefix="bench-steps-") as out_dir:
         mp.start_processes(

@@ -1,5 +1,5 @@
 """The experiment machinery. Importing the package registers the config's schema in Hydra's
-ConfigStore (experiments/schema.py) and the suite's OmegaConf resolvers, so that every place
+ConfigStore (experiments/config/schema.py) and the suite's OmegaConf resolvers, so that every place
 that composes the config (run.py, the analysis, the tests) composes and resolves it the same
 way."""
 
@@ -7,7 +7,7 @@ import os
 
 from omegaconf import DictConfig, OmegaConf
 
-from experiments import schema  # noqa: F401 - registers the structured configs
+from experiments.config import schema  # noqa: F401 - registers the structured configs
 
 NAME_MAX, PATH_MAX = 255, 4096  # bytes of a path component, of a path (Linux)
 
@@ -54,8 +54,8 @@ def resolved_job(root: DictConfig) -> dict:
 
 
 def run_name(*, _root_: DictConfig) -> str:
-    """The run directory's name, from the whole resolved config (experiments/identity.py)."""
-    from experiments.identity import run_name as name
+    """The run directory's name, from the whole resolved config (experiments/config/identity.py)."""
+    from experiments.config.identity import run_name as name
 
     return name(resolved_job(_root_))
 

@@ -86,8 +86,8 @@ class Cancelled(Exception):
 
 class Stopped(BaseException):
     """Raised by the launcher's signal handler when a stop signal (SIGTERM, SIGHUP, SIGUSR1/2)
-    arrives while no worker runs yet (experiments/checkpoint.py, STOPS): like KeyboardInterrupt,
-    a BaseException, so that no `except Exception` swallows it."""
+    arrives while no worker runs yet (experiments/store/checkpoint.py, STOPS): like
+    KeyboardInterrupt, a BaseException, so that no `except Exception` swallows it."""
 
     def __init__(self, signum: int):
         import signal

@@ -61,8 +61,8 @@ def check(config: DictConfig, sweep: bool = False) -> Point:
     the OmegaConf error of an unresolvable interpolation. `sweep`: the run directory is
     `hydra.sweep.dir/hydra.sweep.subdir` rather than `hydra.run.dir`."""
     from experiments import resolved_job
-    from experiments.identity import digest
-    from experiments.schema import check_keys
+    from experiments.config.identity import digest
+    from experiments.config.schema import check_keys
 
     check_keys(config)
     check_present(config)
@@ -120,8 +120,8 @@ def check_job(plain: dict[str, Any], launcher: Launcher | None, local: bool = Tr
     """Every check of a resolved job config `plain` that needs no run directory: values, the
     model, the fault-injection variable, W&B, and, where the workers run on this machine
     (`local`), the data, the devices and the `launcher` (None: run.py starts the workers)."""
-    from experiments import faults
     from experiments.runner import check_data, check_model, validate
+    from experiments.training import faults
 
     validate(plain)
     faults.check(plain["workers"])
@@ -265,18 +265,18 @@ def check_launcher(cfg: dict[str, Any], launcher: Launcher) -> None:
 
 def visible_gpus() -> int:
     """How many CUDA devices this process can use (0 without CUDA)."""
-    from experiments.dist import visible_gpus as count
+    from experiments.workers.dist import visible_gpus as count
 
     return count()
 
 
 def check_devices(cfg: dict[str, Any], launcher: Launcher | None) -> None:
-    """The placement the config asks for must work on this machine (experiments/dist.py,
+    """The placement the config asks for must work on this machine (experiments/workers/dist.py,
     `place`: `cluster.backend`, `cluster.device`, `cluster.workers_per_gpu` against the visible
     GPUs and the workers on this node), checked for every local worker before any starts;
     under SLURM, a job that asked for `cluster.gpus_per_node` GPUs must see some. The
-    in-process workers (`cluster=sim`) place themselves (experiments/sim.py)."""
-    from experiments.dist import place
+    in-process workers (`cluster=sim`) place themselves (experiments/workers/sim.py)."""
+    from experiments.workers.dist import place
 
     cluster = cfg["cluster"]
     if cluster.get("in_process"):
@@ -294,7 +294,7 @@ def check_devices(cfg: dict[str, Any], launcher: Launcher | None) -> None:
         )
     gpus = visible_gpus()
     wanted = cluster.get("gpus_per_node")
-    # Each task may see only its own GPU (SLURM's per-task binding, experiments/dist.py): a
+    # Each task may see only its own GPU (SLURM's per-task binding, experiments/workers/dist.py): a
     # task that sees none while the job asked for GPUs is the mismatch.
     if launcher is not None and launcher.name == "srun" and wanted and gpus == 0:
         raise UserError(
@@ -348,7 +348,7 @@ NAME_MAX = 255  # bytes of one path component (Linux, macOS)
 
 def check_run_dir_name(run_dir: Path) -> None:
     """The run directory's own name must fit a file name (its readable part is capped by
-    experiments/identity.py; an `hydra.run.dir` set by hand may not be)."""
+    experiments/config/identity.py; an `hydra.run.dir` set by hand may not be)."""
     for part in run_dir.parts:
         if len(part.encode("utf-8", "surrogateescape")) > NAME_MAX:
             raise UserError(
@@ -403,7 +403,7 @@ def describe(error: BaseException) -> str:
         text = _first(e)
         if isinstance(e, (ConfigKeyError, ConfigAttributeError)) and "not in" in text:
             if key.startswith("algorithm."):
-                from experiments.schema import unknown_algorithm_option
+                from experiments.config.schema import unknown_algorithm_option
 
                 name = _algorithm_name(e)
                 if name:

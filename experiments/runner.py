@@ -3,14 +3,14 @@
 `run(cfg, run_dir)` is what run.py calls in the Hydra job:
 1. check that a launcher (torchrun/srun) started as many workers as the config says;
 2. skip the run when its directory holds a finished run of the same identity (its digest,
-   experiments/identity.py), checked again once the directory is locked, so that two identical
-   commands never both train; with `rerun=true`, move that record aside instead
+   experiments/config/identity.py), checked again once the directory is locked, so that two
+   identical commands never both train; with `rerun=true`, move that record aside instead
    (records.supersede) and run again;
 3. validate every value and the data (one-line `UserError`s, before any worker starts);
 4. write the resolved config, Hydra's `.hydra/` files, the identity, the data card and
    `status: running`;
 5. start the workers (processes; threads of this process with `cluster.in_process`,
-   experiments/sim.py; or become one, under torchrun/srun) and train;
+   experiments/workers/sim.py; or become one, under torchrun/srun) and train;
 6. rank 0 writes the final summary; a crash leaves `status: failed`, never `completed`.
 """
 
@@ -34,11 +34,7 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import algorithms
-from experiments import checkpoint as ckpt
-from experiments import dist as d
-from experiments import startup
-from experiments.checkpoint import Stopper
-from experiments.clock import make_clock
+from experiments.config.identity import digest, identity_config, readable_name
 from experiments.errors import (
     EXIT_CANCELLED,
     EXIT_FAILED,
@@ -50,8 +46,9 @@ from experiments.errors import (
     UserError,
     WorkerFailed,
 )
-from experiments.identity import digest, identity_config, readable_name
-from experiments.records import (
+from experiments.store import checkpoint as ckpt
+from experiments.store.checkpoint import Stopper
+from experiments.store.records import (
     CONFIG,
     DATA_CARD,
     HEARTBEAT,
@@ -70,6 +67,9 @@ from experiments.records import (
     write_json_atomic,
     write_text_atomic,
 )
+from experiments.training.clock import make_clock
+from experiments.workers import dist as d
+from experiments.workers import startup
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
 WANDB_MODES = ("disabled", "offline", "online")
@@ -184,7 +184,7 @@ def validate_algorithm_numbers(cfg: dict[str, Any]) -> None:
     """An algorithm's knob is used in the training's dtype: a number that dtype cannot hold
     (`algorithm.outer_lr=1e300` in float32) would crash every worker at its first use. (The
     LR and weight decay of the local optimizer overflow to infinity instead, a diverged run:
-    experiments/schedule.py.)"""
+    experiments/training/schedule.py.)"""
     limit = torch.finfo(DTYPES[cfg.get("dtype", "float32")]).max
     for key, value in (cfg.get("algorithm") or {}).items():
         if isinstance(value, float) and math.isfinite(value) and abs(value) > limit:
@@ -217,7 +217,7 @@ def validate_checkpointing(cfg: dict[str, Any]) -> None:
 def validate_cluster(cfg: dict[str, Any]) -> None:
     c = cfg["cluster"]
     if c.get("in_process"):
-        from experiments.sim import check_in_process
+        from experiments.workers.sim import check_in_process
 
         check_in_process(cfg)
     if c.get("name") != "slurm":
@@ -250,8 +250,8 @@ def check_data(cfg: dict[str, Any]):
     it, the run in the same process reuses it; a sweep's points share it)."""
     import json
 
-    from experiments.data import load_dataset, prepare_dataset
-    from experiments.partition import data_card, make_partition
+    from experiments.data.datasets import load_dataset, prepare_dataset
+    from experiments.data.partition import data_card, make_partition
 
     key = json.dumps(cfg["dataset"], sort_keys=True, default=str)
     bundle = _DATA.get(key)
@@ -274,7 +274,7 @@ def check_model(cfg: dict[str, Any], in_channels: int | None, num_classes: int |
     """Build the model as the workers will, on the `meta` device (no memory, no time): a value
     that cannot make it (`model.width=0`) is a UserError here, not in every worker. Without the
     data's shape (a job checked before it runs elsewhere), a stand-in shape checks the values."""
-    from experiments.models import build_model
+    from experiments.training.models import build_model
 
     with torch.device("meta"):
         try:
@@ -309,7 +309,7 @@ def _memory_bytes() -> int | None:
 
 def run(cfg: DictConfig, run_dir: str | Path, hydra_files: dict[str, str] | None = None) -> str:
     """Run one configuration into `run_dir`; return the final status. A run directory with a
-    checkpoint and no finished result is resumed (experiments/checkpoint.py). `hydra_files`:
+    checkpoint and no finished result is resumed (experiments/store/checkpoint.py). `hydra_files`:
     Hydra's record of the job, written to `.hydra/` when the run starts (never over a finished
     record)."""
     from experiments.preflight import check_job, launcher_env
@@ -414,9 +414,9 @@ def _run(
         if worker is None:
             with late_stops_ignored():
                 if plain["cluster"].get("in_process"):
-                    from experiments import sim
+                    from experiments.workers import sim
 
-                    ctrl_c = sim.run(plain, run_dir, bundle)
+                    ctrl_c = sim.run(plain, run_dir, bundle, train_worker)
                     stops = [signal.SIGINT] if ctrl_c else []
                 else:
                     # In-memory datasets travel to the workers with their arguments: loading
@@ -458,7 +458,7 @@ def late_stops_ignored():
 
 def check_metrics(run_dir: Path, step: int) -> None:
     """A run resumed from a checkpoint keeps its metrics.jsonl rows up to the checkpoint's step
-    (experiments/log.py): a file that is not text would lose them, so it is an error here."""
+    (experiments/store/log.py): a file that is not text would lose them, so it is an error here."""
     try:
         read_text(run_dir / METRICS)
     except FileNotFoundError:
@@ -640,7 +640,7 @@ def initial_model(cfg: dict, bundle) -> torch.nn.Module:
     """The initial model, the same on every worker: built from torch's global generator seeded
     `seed`, under a lock and with the generator's state saved and restored (`fork_rng`), so
     that a worker thread draws the numbers a worker process draws and nothing else sees them."""
-    from experiments.models import build_model
+    from experiments.training.models import build_model
 
     with _INIT_LOCK, torch.random.fork_rng(devices=[]):
         torch.manual_seed(cfg["seed"])
@@ -666,10 +666,10 @@ def train_worker(
 
     from algorithms.comm import Comm
     from algorithms.group import ThreadGroup
-    from experiments.data import Augmented, ResumableRandomSampler, load_dataset
-    from experiments.log import make_sinks
-    from experiments.loop import Checkpointing, LoopSettings, train
-    from experiments.partition import make_partition
+    from experiments.data.datasets import Augmented, ResumableRandomSampler, load_dataset
+    from experiments.data.partition import make_partition
+    from experiments.store.log import make_sinks
+    from experiments.training.loop import Checkpointing, LoopSettings, train
 
     rank, m, seed = worker.rank, worker.world_size, cfg["seed"]
     if device is None:

@@ -154,7 +154,7 @@ def failed_points(sweeps: Path, since: float) -> list[str]:
     """`<point>: <reason>` for each failed point of the sweeps recorded under `sweeps` since
     `since` (the sweeper's `sweep.json`, read by the records' validated reader; a damaged one
     is skipped with a warning)."""
-    from experiments.records import read_json_object
+    from experiments.store.records import read_json_object
 
     lines = []
     for record in sorted(sweeps.glob("*/sweep.json")):

@@ -3,8 +3,9 @@
 
 A case runs one command (`python run.py ...` by default, or `python -m experiments.sweep`,
 `python -m analysis.status`) either in this process (`inproc`: pre-flight errors, damaged
-records found before any worker starts; fast, and no worker may start: `experiments.dist.spawn`
-is replaced by a trap) or as a real process (everything that starts workers, signals, a disk
+records found before any worker starts; fast, and no worker may start:
+`experiments.workers.dist.spawn` is replaced by a trap) or as a real process (everything that starts
+workers, signals, a disk
 filled during a run). Every case is checked for:
 
 - its exit code, and its message: a pattern searched in the last line of stderr, which is the
@@ -148,12 +149,12 @@ def run_case(case: Case, ctx: Ctx, monkeypatch) -> Result:
 
 
 def _in_process(case: Case, ctx: Ctx, argv: list[str], monkeypatch) -> Result:
-    import experiments.dist
+    import experiments.workers.dist
 
     def no_workers(*args, **kwargs):
         raise AssertionError("an in-process case started workers")
 
-    monkeypatch.setattr(experiments.dist, "spawn", no_workers)
+    monkeypatch.setattr(experiments.workers.dist, "spawn", no_workers)
     monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
     for key, value in case.env.items():
         if value is None:

@@ -56,7 +56,7 @@ def module(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedP
 
 def run_dir_of(out_root, *overrides: str) -> Path:
     """The run directory `python run.py OVERRIDES out_root=OUT_ROOT` uses (named by its
-    resolved config, experiments/identity.py), without running it."""
+    resolved config, experiments/config/identity.py), without running it."""
     from hydra import compose, initialize_config_dir
 
     import experiments  # noqa: F401 - the schema and the resolvers

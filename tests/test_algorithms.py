@@ -9,7 +9,7 @@ import torch
 import algorithms
 from algorithms.comm import Comm
 from algorithms.local_sgd import Config as LocalConfig
-from experiments.models import TinyCNN
+from experiments.training.models import TinyCNN
 from tests.steps import assert_model_sized, flat_params, hook_steps, max_spread, rank_batches
 
 STEPS = 10

@@ -11,7 +11,7 @@ import torch
 
 import algorithms
 from algorithms.comm import Comm
-from experiments.models import TinyCNN
+from experiments.training.models import TinyCNN
 from tests.steps import flat_params, hook_steps, rank_batches
 
 STEPS = 7  # not a multiple of tau: every algorithm ends mid-round

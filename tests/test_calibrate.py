@@ -1,5 +1,5 @@
-"""The virtual clock's calibration (experiments/calibrate.py): measured once on copies, agreed
-across workers, leaving the training untouched; device time on an accelerator (a fake device
+"""The virtual clock's calibration (experiments/training/calibrate.py): measured once on copies,
+agreed across workers, leaving the training untouched; device time on an accelerator (a fake device
 here); the communication layer's call accounting that separates an algorithm's work from its
 communication."""
 
@@ -12,10 +12,10 @@ import torch
 
 import algorithms
 from algorithms.comm import Comm
-from experiments import calibrate
-from experiments.calibrate import Calibration, round_significant, steps_in_rounds
-from experiments.clock import Compute, DeviceTimer, Network, VirtualClock
-from experiments.models import TinyCNN
+from experiments.training import calibrate
+from experiments.training.calibrate import Calibration, round_significant, steps_in_rounds
+from experiments.training.clock import Compute, DeviceTimer, Network, VirtualClock
+from experiments.training.models import TinyCNN
 from tests.steps import flat_params, hook_steps, rank_batches
 
 STEPS = 7
@@ -31,6 +31,41 @@ def test_round_significant_and_whole_rounds():
     assert steps_in_rounds(10, 3) == 12  # 4 whole rounds
     assert steps_in_rounds(10, 16) == 16  # one round holds them
     assert steps_in_rounds(2, 8) == 8
+
+
+class _Agreement:
+    """A one-worker Comm for the agreement step: sums of one value are the value."""
+
+    world_size = 1
+
+    def sum_scalars(self, values, op="sum"):
+        return list(values)
+
+
+@pytest.mark.parametrize(
+    ("tau", "periodic", "warmup", "measured"),
+    [
+        (1, False, 2, 10),  # a per-step method: steps
+        (3, True, 3, 12),  # whole rounds: one not measured, then 4 (12 steps >= 10)
+        (64, True, 64, 64),  # the longest round measured whole
+        (100_000, True, 2, 10),  # a longer round: its first local steps only (no 200k steps)
+    ],
+)
+def test_calibration_measures_whole_rounds_up_to_a_bound(
+    monkeypatch, tau, periodic, warmup, measured
+):
+    asked = []
+
+    def measure(algo, batch, lr_at, timer, warmup_steps, measured_steps):
+        asked.append((warmup_steps, measured_steps))
+        return [0.01] * measured_steps, 0.001
+
+    monkeypatch.setattr(calibrate, "measure", measure)
+    algo = type("Algo", (), {"tau": tau, "periodic": periodic, "comm": _Agreement()})()
+    compute = Compute(None, (1.0,), algo_time_s=None)
+    result = calibrate.calibrate(algo, compute, (torch.zeros(1),), lambda t: 0.1, timer=lambda: 0)
+    assert asked == [(warmup, measured)]
+    assert result.measured_step_s == 0.01 and result.steps == measured
 
 
 class FakeDevice:

@@ -100,7 +100,7 @@ def checkpoint(mutate=None, files: dict[int, bytes | object] | None = None):
     (a dict to change, or bytes to write instead)."""
 
     def setup(ctx: Ctx) -> None:
-        from experiments import checkpoint as ckpt
+        from experiments.store import checkpoint as ckpt
 
         run = ctx.run_dir()
         plain = ctx.plain()

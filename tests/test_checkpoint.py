@@ -13,9 +13,9 @@ import pytest
 import torch
 
 from algorithms.comm import Comm, Pending, _Arrived
-from experiments import checkpoint as ckpt
-from experiments.data import ResumableRandomSampler
-from experiments.log import JsonlSink
+from experiments.data.datasets import ResumableRandomSampler
+from experiments.store import checkpoint as ckpt
+from experiments.store.log import JsonlSink
 
 CFG = {
     "workers": 1,
@@ -136,8 +136,8 @@ def test_pending_snapshot_restores_the_collective_on_the_virtual_clock(monkeypat
     accounts the same exposed and hidden time as the original (world size 1: modeled only)."""
     import torch.distributed as dist
 
-    from experiments.clock import Compute, Network, VirtualClock
-    from experiments.dist import free_port
+    from experiments.training.clock import Compute, Network, VirtualClock
+    from experiments.workers.dist import free_port
 
     monkeypatch.setenv("MASTER_ADDR", "127.0.0.1")  # not left behind for later tests' commands
     monkeypatch.setenv("MASTER_PORT", str(free_port()))

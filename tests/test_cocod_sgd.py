@@ -12,7 +12,7 @@ import torch
 
 from algorithms.cocod_sgd import CoCoDSGD, Config, add_progress_
 from algorithms.comm import Comm
-from experiments.models import TinyCNN
+from experiments.training.models import TinyCNN
 from tests.steps import (
     assert_rounds_then_finish,
     close,

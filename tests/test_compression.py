@@ -104,7 +104,7 @@ def test_only_round_based_methods_take_compression():
 
 
 def _compressed_averages(rank: int, world_size: int, compression: str):
-    from experiments.clock import Compute, Network, VirtualClock
+    from experiments.training.clock import Compute, Network, VirtualClock
 
     net = Network("slow", latency_s=1e-3, bandwidth_gbps=0.001)
     clock = VirtualClock(rank, net, Compute(0.01, (1.0,) * world_size))

@@ -12,9 +12,9 @@ from omegaconf import OmegaConf
 
 import algorithms
 from experiments.errors import UserError
-from experiments.models import build_model
 from experiments.runner import validate
-from experiments.schedule import decay_epochs, peak_lr
+from experiments.training.models import build_model
+from experiments.training.schedule import decay_epochs, peak_lr
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name != "local")
@@ -118,7 +118,7 @@ def test_bad_values_are_user_errors(override, message):
     ],
 )
 def test_types_and_enums_are_checked_while_hydra_composes(override, message):
-    """The schema (experiments/schema.py): Hydra refuses these while composing, before any
+    """The schema (experiments/config/schema.py): Hydra refuses these while composing, before any
     run directory exists; experiments.preflight.describe makes each one line."""
     from experiments.preflight import describe
 

@@ -4,9 +4,9 @@ import numpy as np
 import pytest
 import torch
 
-from experiments import cifar10 as cifar10_module
-from experiments.cifar10 import CIFAR10_MEAN, CIFAR10_STD
-from experiments.data import load_dataset, prepare_dataset
+from experiments.data import cifar10 as cifar10_module
+from experiments.data.cifar10 import CIFAR10_MEAN, CIFAR10_STD
+from experiments.data.datasets import load_dataset, prepare_dataset
 from experiments.errors import UserError
 from tests.cifar_files import write_cifar10
 
@@ -133,13 +133,25 @@ def test_cifar10_loads_own_format_without_checksums(tmp_path):
         assert x.shape == (3, 32, 32) and y == test_labels[i]
         torch.testing.assert_close(x, expected_tensor(test_images[i]))
 
-    # Train items: random crop + flip, so repeated reads of one image differ.
-    torch.manual_seed(0)
-    views = [bundle.train[0][0] for _ in range(8)]
-    assert all(v.shape == (3, 32, 32) for v in views)
-    assert any(not torch.equal(views[0], v) for v in views[1:])
+    # Train items: random crop + flip drawn from the sampler's generator
+    # (experiments/data/datasets.py, Augmented), so repeated draws for one image differ, and the
+    # same generator state gives the same views.
+    from experiments.data.datasets import Augmented
+
+    assert bundle.augment is not None
+    shard = Augmented(bundle.train, bundle.augment)
+
+    def views(seed: int) -> list[torch.Tensor]:
+        keys = shard.keys([0] * 8, torch.Generator().manual_seed(seed))
+        return [shard[key][0] for key in keys]
+
+    first = views(0)
+    assert all(v.shape == (3, 32, 32) for v in first)
+    assert any(not torch.equal(first[0], v) for v in first[1:])
+    assert all(torch.equal(a, b) for a, b in zip(first, views(0), strict=True))
 
     plain = load_dataset(cifar_cfg(tmp_path, augment=False))
+    assert plain.augment is None
     torch.testing.assert_close(plain.train[0][0], expected_tensor(batches["data_batch_1"][0][0]))
 
 

@@ -15,7 +15,7 @@ import pytest
 import torch
 
 from algorithms.comm import Comm, device_accounts
-from experiments.clock import Compute, Network, RealClock
+from experiments.training.clock import Compute, Network, RealClock
 
 
 class FakeDevice:

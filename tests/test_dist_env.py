@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from experiments import dist as d
+from experiments.workers import dist as d
 
 
 @pytest.mark.parametrize(

@@ -14,7 +14,7 @@ import torch.nn.functional as F
 from algorithms.comm import Comm
 from algorithms.easgd import EAMSGD, EASGD, Config, centre_message, stability_error
 from algorithms.mixing import pull_toward_
-from experiments.models import TinyCNN
+from experiments.training.models import TinyCNN
 from tests.steps import (
     assert_rounds_then_finish,
     finish_recorded,
@@ -102,7 +102,7 @@ def test_yaml_keys_equal_config_fields():
     for name in VARIANTS:
         node = yaml.safe_load((conf / f"{name}.yaml").read_text())
         assert node.pop("name") == name
-        # the schema that types the node (experiments/schema.py), then the file's own values
+        # the schema that types the node (experiments/config/schema.py), then the file's own values
         assert node.pop("defaults") == [f"/schema/algorithm/{name}@_here_", "_self_"]
         assert node == dataclasses.asdict(Config())
 

@@ -1,4 +1,5 @@
-"""Evaluation (experiments/evaluate.py, the loop's evaluation points): fresh BatchNorm statistics
+"""Evaluation (experiments/training/evaluate.py, the loop's evaluation points): fresh BatchNorm
+statistics
 for an eval model no worker trained (EASGD's centre), drawn on a fixed set of training batches
 without touching the training's RNG; and the last evaluation's local accuracy taken before
 finish() (issue 13 items 3 and 4)."""
@@ -16,13 +17,13 @@ from algorithms.comm import Comm
 from algorithms.easgd import EAMSGD
 from algorithms.easgd import Config as EASGDConfig
 from algorithms.local_sgd import LocalSGD
-from experiments.evaluate import (
+from experiments.training.evaluate import (
     evaluate,
     fixed_batches,
     loss_and_correct,
     recompute_bn_,
 )
-from experiments.models import TinyCNN
+from experiments.training.models import TinyCNN
 from tests.steps import hook_steps, prototype_batches
 
 D = torch.float64
@@ -169,8 +170,8 @@ class _ScrambleAtFinish(LocalSGD):
 
 
 def _train_then_scramble(rank: int, world_size: int) -> dict:
-    from experiments.clock import make_clock
-    from experiments.loop import LoopSettings, train
+    from experiments.training.clock import make_clock
+    from experiments.training.loop import LoopSettings, train
 
     model = _tiny()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)

@@ -266,7 +266,7 @@ def test_rendezvous_port_in_use_is_one_line(tmp_path):
 
 
 def test_a_second_process_on_the_same_run_directory_is_refused(tmp_path):
-    from experiments.records import RunLock
+    from experiments.store.records import RunLock
 
     run_dir = run_dir_of(tmp_path, *FAST)
     run_dir.mkdir(parents=True)
@@ -283,9 +283,9 @@ def test_a_second_process_on_the_same_run_directory_is_refused(tmp_path):
 
 
 def test_an_interrupted_write_leaves_the_previous_file(tmp_path, monkeypatch):
-    from experiments import records
     from experiments.errors import OutputError
-    from experiments.log import JsonlSink
+    from experiments.store import records
+    from experiments.store.log import JsonlSink
 
     records.write_json_atomic(tmp_path / "summary.json", {"status": "running"})
     sink = JsonlSink(tmp_path)

@@ -9,9 +9,9 @@ issue: none per step for the gradient methods (sync SGD, PowerSGD, pseudo-sync: 
 stays a tensor), at most one per round for the round-based methods (OSP/LOSP: one `.item()` per
 receive, the flag its math needs). The virtual clock reads the launch clocks of each collective
 (`.tolist()` of the clock tail): its math, and it never runs on a device's hot path in a
-measured run. Audit of the rest (algorithms/comm.py, experiments/loop.py): the loss is summed
-on the device (LossMeter) and read once per evaluation; the progress bar reads it at most once a
-second on a terminal; the calibration's timer syncs, once, before training; PowerSGD's
+measured run. Audit of the rest (algorithms/comm.py, experiments/training/loop.py): the loss is
+summed on the device (LossMeter) and read once per evaluation; the progress bar reads it at most
+once a second on a terminal; the calibration's timer syncs, once, before training; PowerSGD's
 orthogonalisation is one batched QR per shape, its residual norms only with `log_residual`.
 """
 
@@ -27,7 +27,7 @@ import torch.nn.functional as F
 import algorithms
 from algorithms.comm import Comm
 from algorithms.group import ThreadGroup
-from experiments.models import TinyCNN
+from experiments.training.models import TinyCNN
 from tests.steps import rank_batches
 
 STEPS, TAU = 8, 2

@@ -1,10 +1,11 @@
-"""A run's identity (experiments/identity.py): the digest of what shapes the run, nothing else."""
+"""A run's identity (experiments/config/identity.py): the digest of what shapes the run, nothing
+else."""
 
 from __future__ import annotations
 
 import math
 
-from experiments.identity import digest, identity_config, is_identity_key
+from experiments.config.identity import digest, identity_config, is_identity_key
 
 BASE = {
     "seed": 0,

@@ -4,7 +4,7 @@ import pytest
 import torch
 
 from experiments.errors import UserError
-from experiments.models import ResNet18, TinyCNN, build_model
+from experiments.training.models import ResNet18, TinyCNN, build_model
 
 
 def bn_running_stat_count(model: torch.nn.Module) -> int:

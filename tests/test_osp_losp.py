@@ -16,7 +16,7 @@ from algorithms.losp import LOSP
 from algorithms.losp import Config as LOSPConfig
 from algorithms.osp import OSP, compensate
 from algorithms.osp import Config as OSPConfig
-from experiments.models import TinyCNN
+from experiments.training.models import TinyCNN
 from tests.steps import flat_params, hook_steps, rank_batches
 
 # ---------------------------------------------------------------------------- pure functions
@@ -73,7 +73,7 @@ def test_yaml_keys_equal_config_fields():
     for name, cls in (("osp", OSPConfig), ("losp", LOSPConfig)):
         node = yaml.safe_load((conf / f"{name}.yaml").read_text())
         assert node.pop("name") == name
-        # the schema that types the node (experiments/schema.py), then the file's own values
+        # the schema that types the node (experiments/config/schema.py), then the file's own values
         assert node.pop("defaults") == [f"/schema/algorithm/{name}@_here_", "_self_"]
         assert node == dataclasses.asdict(cls())
 

@@ -12,7 +12,7 @@ import algorithms
 from algorithms.base import Algorithm
 from algorithms.comm import Comm
 from algorithms.outer import OuterConfig, OuterOptimizer
-from experiments.models import TinyCNN
+from experiments.training.models import TinyCNN
 from tests.steps import assert_model_sized, flat_params, hook_steps, rank_batches
 from tests.workers import run_workers
 

@@ -12,7 +12,7 @@ import torch
 
 from algorithms.comm import Comm
 from algorithms.overlap_local_sgd import Config, OverlapLocalSGD, anchor_message, anchor_momentum
-from experiments.models import TinyCNN
+from experiments.training.models import TinyCNN
 from tests.steps import (
     assert_rounds_then_finish,
     close,

@@ -10,8 +10,8 @@ import math
 import pytest
 
 from analysis.grid import PointConfigs, compose_preset, expand_sweeps
-from experiments.clock import Network
-from experiments.models import build_model
+from experiments.training.clock import Network
+from experiments.training.models import build_model
 from tests.cli import REPO, run_py
 
 PAPER_SYNC_RATIO, PAPER_OVERLAP_RATIO = 0.346, 0.015  # algorithms.md section 10
@@ -27,7 +27,7 @@ def composed(*overrides: str) -> dict:
 
 
 def gradient_bytes(cfg: dict) -> int:
-    from experiments.data import load_dataset
+    from experiments.data.datasets import load_dataset
 
     channels = {"cifar10": 3}.get(cfg["dataset"]["name"])
     num_classes = 10
@@ -41,7 +41,7 @@ def gradient_bytes(cfg: dict) -> int:
 def train_samples(cfg: dict) -> int:
     if cfg["dataset"]["name"] == "cifar10":
         return 50_000
-    from experiments.data import load_dataset
+    from experiments.data.datasets import load_dataset
 
     return len(load_dataset(cfg["dataset"]).train_labels)
 
@@ -129,7 +129,7 @@ def test_the_overlap_closed_form_with_evaluation_drains_matches_a_run(tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]
     summary = json.loads((run_dir / "summary.json").read_text())
-    from experiments.models import TinyCNN
+    from experiments.training.models import TinyCNN
 
     nbytes = sum(p.numel() for p in TinyCNN(1, 10, width=8).parameters()) * 4
     t = Network(latency_s=latency, bandwidth_gbps=1.0).collective_time(nbytes, 2)

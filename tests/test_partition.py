@@ -5,8 +5,8 @@ import json
 import numpy as np
 import pytest
 
+from experiments.data.partition import data_card, dirichlet, iid, make_partition, noniid
 from experiments.errors import UserError
-from experiments.partition import data_card, dirichlet, iid, make_partition, noniid
 
 
 def cifar10_like_labels(per_class: int = 5000, num_classes: int = 10, seed: int = 0) -> np.ndarray:
@@ -172,7 +172,7 @@ def test_default_partition_seed_is_the_references_whatever_the_run_seed():
     of 3125), and the node's seed, not a run seed, decides them."""
     import random
 
-    from experiments.partition import REFERENCE_SEED
+    from experiments.data.partition import REFERENCE_SEED
 
     assert REFERENCE_SEED == 1234
     order = list(range(50_000))
@@ -195,7 +195,7 @@ def test_two_run_seeds_share_shards_two_partition_seeds_do_not(partition):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from experiments.data import load_dataset
+    from experiments.data.datasets import load_dataset
     from experiments.runner import check_data
     from tests.cli import REPO
 

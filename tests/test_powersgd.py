@@ -23,7 +23,7 @@ from algorithms.powersgd import (
     split_bn_params,
 )
 from algorithms.sync_sgd import SyncSGD
-from experiments.models import ResNet18, TinyCNN
+from experiments.training.models import ResNet18, TinyCNN
 from tests.steps import (
     POWERSGD_CASES,
     flat_params,

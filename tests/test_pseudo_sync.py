@@ -21,7 +21,7 @@ from algorithms.pseudo_sync import (
     cosine,
     smooth,
 )
-from experiments.models import TinyCNN
+from experiments.training.models import TinyCNN
 from tests.steps import assert_model_sized, flat, hook_steps, max_spread, rank_batches
 
 STEPS = 10

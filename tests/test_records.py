@@ -13,10 +13,10 @@ import signal
 import pytest
 import torch
 
-from experiments import checkpoint as ckpt
-from experiments import records
 from experiments.errors import OneLine, OutputError, UserError
-from experiments.records import DamagedRecord
+from experiments.store import checkpoint as ckpt
+from experiments.store import records
+from experiments.store.records import DamagedRecord
 
 
 def failing(monkeypatch, name: str, number: int, module=records.os) -> None:
@@ -175,8 +175,11 @@ def test_a_damaged_record_crosses_a_process_boundary_whole():
     "cause, expected",
     [
         ("experiments.errors.OutputError: disk full writing /r/metrics.jsonl", OutputError),
-        ("experiments.checkpoint.CheckpointError: checkpoint file /r/x is missing", UserError),
-        ("experiments.records.DamagedRecord: /r/summary.json: empty", DamagedRecord),
+        (
+            "experiments.store.checkpoint.CheckpointError: checkpoint file /r/x is missing",
+            UserError,
+        ),
+        ("experiments.store.records.DamagedRecord: /r/summary.json: empty", DamagedRecord),
         ("RuntimeError: injected fault at step 4", None),
         ("experiments.errors.Interrupted: not a one-line error", None),
         ("experiments.nope.Missing: no such module", None),
@@ -184,7 +187,7 @@ def test_a_damaged_record_crosses_a_process_boundary_whole():
     ],
 )
 def test_a_workers_one_line_error_is_rebuilt_from_its_traceback(cause, expected):
-    from experiments.dist import _one_line
+    from experiments.workers.dist import _one_line
 
     error = _one_line(cause)
     if expected is None:
@@ -195,7 +198,7 @@ def test_a_workers_one_line_error_is_rebuilt_from_its_traceback(cause, expected)
 
 
 def test_torch_locations_are_cut_from_a_workers_cause():
-    from experiments.dist import _short
+    from experiments.workers.dist import _short
 
     cause = (
         "RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/"
@@ -229,7 +232,7 @@ def test_sighup_is_a_stop_with_a_checkpoint_and_no_requeue():
 
 
 def test_an_lr_beyond_the_dtype_is_infinity():
-    from experiments.schedule import lr_at
+    from experiments.training.schedule import lr_at
 
     kw = dict(lr=1e300, batch_size=32, workers=2, epochs=2)
     assert lr_at(0, 10, **kw) == 1e300 * 64 / 128

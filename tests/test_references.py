@@ -22,7 +22,7 @@ import algorithms
 from algorithms.comm import Comm
 from algorithms.powersgd import Config as PowerConfig
 from algorithms.powersgd import PowerSGD
-from experiments.models import TinyCNN
+from experiments.training.models import TinyCNN
 from tests.steps import (
     POWERSGD_CASES,
     flat_params,

@@ -63,9 +63,9 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 def _train(cfg, run_dir: Path, rank: int, m: int, bundle, group):
-    from experiments import dist as d
-    from experiments.checkpoint import Stopper
     from experiments.runner import train_worker
+    from experiments.store.checkpoint import Stopper
+    from experiments.workers import dist as d
 
     run_dir.mkdir(parents=True, exist_ok=True)
     dist.barrier()
@@ -82,8 +82,8 @@ def _train(cfg, run_dir: Path, rank: int, m: int, bundle, group):
 
 
 def _resume_worker(rank: int, m: int, cases: list, crash_cases: list, root: str):
-    import experiments.loop as loop
-    from experiments.data import load_dataset
+    import experiments.training.loop as loop
+    from experiments.data.datasets import load_dataset
 
     group = dist.new_group(backend="gloo")
     bundle = load_dataset(cases[0][2]["dataset"])

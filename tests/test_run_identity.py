@@ -124,8 +124,9 @@ def test_the_finished_check_is_repeated_once_the_directory_is_locked(tmp_path, m
     waits for the lock: this one must not train."""
     from hydra import compose, initialize_config_dir
 
-    from experiments import records, runner
-    from experiments.identity import digest
+    from experiments import runner
+    from experiments.config.identity import digest
+    from experiments.store import records
 
     with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
         cfg = compose("config", overrides=[*TINY, f"out_root={tmp_path}"])
@@ -150,7 +151,7 @@ def test_the_finished_check_is_repeated_once_the_directory_is_locked(tmp_path, m
 
 def test_a_second_command_on_a_locked_directory_stops_with_one_line(tmp_path):
     from experiments.errors import UserError
-    from experiments.records import RunLock
+    from experiments.store.records import RunLock
 
     with RunLock(tmp_path):
         with pytest.raises(UserError, match=f"in use by pid {os.getpid()} on "):
@@ -226,7 +227,7 @@ def test_records_follow_the_users_umask(tmp_path):
 
 
 def test_atomic_writes_take_the_umask(tmp_path):
-    from experiments.records import write_text_atomic
+    from experiments.store.records import write_text_atomic
 
     old = os.umask(0o027)
     try:
@@ -243,7 +244,7 @@ def test_without_flock_the_lock_falls_back_to_a_soft_lock(tmp_path, monkeypatch)
     import fcntl
 
     from experiments.errors import UserError
-    from experiments.records import RunLock
+    from experiments.store.records import RunLock
 
     def no_flock(*args, **kwargs):
         raise OSError(errno.ENOSYS, "Function not implemented")

@@ -3,7 +3,7 @@ reference's `update_learning_rate` (JYWa/Overlap_Local_SGD, train_LocalSGD.py)."
 
 import pytest
 
-from experiments.schedule import decay_epochs, lr_at, peak_lr
+from experiments.training.schedule import decay_epochs, lr_at, peak_lr
 
 PAPER = dict(
     lr=0.1,

@@ -1,5 +1,6 @@
-"""The config's schema (experiments/schema.py): every option typed, the algorithms' schemas from
-their Config dataclasses, keys Hydra lets through refused, and docs/config.md generated from it."""
+"""The config's schema (experiments/config/schema.py): every option typed, the algorithms' schemas
+from their Config dataclasses, keys Hydra lets through refused, and docs/config.md generated from
+it."""
 
 from __future__ import annotations
 
@@ -16,8 +17,8 @@ from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import algorithms
-from experiments import schema
-from experiments.config_doc import document
+from experiments.config import schema
+from experiments.config.config_doc import document
 from experiments.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
@@ -33,7 +34,7 @@ def composed(*overrides: str):
 def test_docs_config_md_is_generated_from_the_schema_and_up_to_date():
     committed = (REPO / "docs" / "config.md").read_text()
     assert committed == document(), (
-        "docs/config.md is stale: python -m experiments.config_doc > docs/config.md"
+        "docs/config.md is stale: python -m experiments.config.config_doc > docs/config.md"
     )
     # every key of the default config is documented, with a meaning
     for key in ("`tau`", "`compute.slowdown`", "`comm.compression`", "`wandb.group`", "`rerun`"):

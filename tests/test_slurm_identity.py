@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.identity import run_name
+from experiments.config.identity import run_name
 from tests.test_config import composed
 
 REPO = Path(__file__).resolve().parents[1]

@@ -20,7 +20,7 @@ from algorithms.streaming_diloco import (
     smallest_gap,
     split_fragments,
 )
-from experiments.models import TinyCNN
+from experiments.training.models import TinyCNN
 from tests.steps import flat_params, hook_steps, rank_batches
 from tests.workers import run_workers
 
@@ -195,7 +195,7 @@ def _tiny(rank: int, name: str, options: dict, tau: int, steps: int, clock=None)
 
 
 def _tinies(rank: int, world_size: int) -> dict:
-    from experiments.clock import Compute, Network, VirtualClock
+    from experiments.training.clock import Compute, Network, VirtualClock
 
     clock = VirtualClock(rank, Network("slow", 0.0, SLOW_GBPS), Compute(STEP_S, (1.0, 1.0)))
     one = {"fragments": 1, "sync_delay": 0, "mix_alpha": 0.0}

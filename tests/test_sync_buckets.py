@@ -14,8 +14,8 @@ import algorithms
 from algorithms.comm import Comm
 from algorithms.group import ThreadGroup
 from algorithms.sync_sgd import MB, SyncSGD, plan_buckets
-from experiments.clock import Compute, Network, VirtualClock, ring_allreduce_time
-from experiments.models import TinyCNN
+from experiments.training.clock import Compute, Network, VirtualClock, ring_allreduce_time
+from experiments.training.models import TinyCNN
 from tests.steps import flat, hook_steps, rank_batches
 from tests.workers import run_workers
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from algorithms.comm import Comm
-from experiments.clock import (
+from experiments.training.clock import (
     Compute,
     Network,
     RealClock,
@@ -19,7 +19,7 @@ from experiments.clock import (
     ring_allreduce_time,
     slowdown_factors,
 )
-from experiments.models import TinyCNN
+from experiments.training.models import TinyCNN
 from tests.cli import run_py
 
 RESNET18_BYTES = 11_173_962 * 4
@@ -404,7 +404,7 @@ def test_loss_meter_sums_in_float64_and_finds_the_first_bad_step(on_host):
     """The loop's loss accumulator (no per-step `.item()` on an accelerator): both of its
     ways give the float64 sum of the float32 losses in step order and the first non-finite
     step, and continue exactly from a checkpointed (sum, first bad step)."""
-    from experiments.loop import LossMeter
+    from experiments.training.loop import LossMeter
 
     losses = [torch.tensor(v, dtype=torch.float32) for v in (0.1, 0.7, 2.3, 1e-8)]
     meter = LossMeter(torch.device("cpu"), on_host=on_host)

@@ -176,7 +176,7 @@ def test_online_without_credentials_is_one_line_before_any_worker(tmp_path):
 
 
 def test_tags_name_every_series_key():
-    from experiments.log import wandb_tags
+    from experiments.store.log import wandb_tags
 
     cfg = {
         "algorithm": {"name": "overlap_local_sgd", "alpha": 0.5, "beta": 0.7},

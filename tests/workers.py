@@ -1,8 +1,8 @@
 """Run a function in m real gloo processes on loopback and collect what each returns.
 
 The processes are forked from a forkserver that imported torch and the suite once
-(experiments/startup.py), not spawned: the many launches of the test suite then cost no import
-each."""
+(experiments/workers/startup.py), not spawned: the many launches of the test suite then cost no
+import each."""
 
 from __future__ import annotations
 
@@ -16,8 +16,8 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
-from experiments.dist import exit_spawned_worker, free_port
-from experiments.startup import context, defer_dynamo
+from experiments.workers.dist import exit_spawned_worker, free_port
+from experiments.workers.startup import context, defer_dynamo
 
 
 def _entry(

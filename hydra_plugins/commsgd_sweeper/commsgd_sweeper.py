@@ -153,7 +153,7 @@ class CommsgdSweeper(Sweeper):
         assert self.config is not None and self.launcher is not None
         assert self.hydra_context is not None
         from experiments.preflight import check, describe
-        from experiments.records import finished_status
+        from experiments.store.records import finished_status
 
         started = time.localtime()
         points, varying = self.points(arguments)
@@ -258,7 +258,7 @@ class CommsgdSweeper(Sweeper):
     ) -> None:
         if folder is None:
             return
-        from experiments.records import write_json_atomic, write_text_atomic
+        from experiments.store.records import write_json_atomic, write_text_atomic
 
         folder.mkdir(parents=True, exist_ok=True)
         assert self.config is not None

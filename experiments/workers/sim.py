@@ -1,7 +1,7 @@
 """`cluster=sim`: the m workers of a run as threads of this one process.
 
 Each worker thread runs exactly what a worker process runs (`runner.train_worker`): its own
-model replica, optimizer, data shard, random streams (experiments/data.py) and algorithm
+model replica, optimizer, data shard, random streams (experiments/data/datasets.py) and algorithm
 instance, every algorithm unchanged. Their collectives go through `algorithms.group.ThreadGroup`
 instead of gloo: matched by sequence number, reduced in rank order by the last worker to
 arrive, so a run's numbers do not depend on how the threads are scheduled. The suite's own
@@ -48,6 +48,7 @@ import signal
 import threading
 import time
 import traceback
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -92,16 +93,16 @@ def check_in_process(cfg: dict[str, Any]) -> None:
         )
 
 
-def run(cfg: dict[str, Any], run_dir: Path, bundle) -> bool:
-    """Train the run in `cfg` with its workers as threads of this process; rank 0 writes the
-    records. Returns whether a Ctrl-C came (as `dist.spawn`). Raises `WorkerFailed` when a
-    worker failed, `Cancelled` on a hard Ctrl-C."""
-    from experiments.checkpoint import Stopper
-    from experiments.dist import CONTROL_TIMEOUT_S, Worker
-    from experiments.runner import train_worker
-    from experiments.startup import defer_dynamo
+def run(cfg: dict[str, Any], run_dir: Path, bundle, train_worker: Callable) -> bool:
+    """Train the run in `cfg` with its workers as threads of this process, each thread running
+    `train_worker` (experiments/runner.py's, passed in: this room sits below the runner); rank
+    0 writes the records. Returns whether a Ctrl-C came (as `dist.spawn`). Raises `WorkerFailed`
+    when a worker failed, `Cancelled` on a hard Ctrl-C."""
+    from experiments.store.checkpoint import Stopper
+    from experiments.workers.dist import CONTROL_TIMEOUT_S, Worker
+    from experiments.workers.startup import defer_dynamo
 
-    defer_dynamo()  # no torch._dynamo import on the optimizer path (experiments/startup.py)
+    defer_dynamo()  # no torch._dynamo import on the optimizer path (experiments/workers/startup.py)
     m = cfg["workers"]
     device = device_of(cfg)
     timeout = float(cfg["dist_timeout_s"])
@@ -167,7 +168,7 @@ def run(cfg: dict[str, Any], run_dir: Path, bundle) -> bool:
         if hard:
             raise KeyboardInterrupt
 
-    from experiments.checkpoint import STOP_SIGNALS
+    from experiments.store.checkpoint import STOP_SIGNALS
 
     in_main = threading.current_thread() is threading.main_thread()
     previous = {}

@@ -64,7 +64,7 @@ def fixed_batches(
     shard), or of as many whole batches as it holds (a smaller last batch would weigh as much as
     a full one in the cumulative average; a shard smaller than one batch is one batch): a random
     draw without replacement from a generator seeded `seed`, the training augmentation of an
-    `Augmented` shard (experiments/data.py) drawn from a second generator seeded `seed + 1`
+    `Augmented` shard (experiments/data/datasets.py) drawn from a second generator seeded `seed + 1`
     (another dataset's random transforms: under a forked global RNG seeded `seed`).
     Deterministic, and neither the training's RNG streams nor its data order are touched (a
     resumed run draws the same set)."""

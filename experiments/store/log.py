@@ -6,7 +6,7 @@ it (mode `disabled`, `offline` (default) or `online`), shaped for comparison rep
 - group: `wandb.group`, else `experiment_name` (a preset); an ad-hoc sweep sets `wandb.group` to
   its start time and the keys it varies (hydra_plugins/commsgd_sweeper); job type: the algorithm;
 - name: the run directory's readable part (the algorithm, its non-default knobs, tau, seed);
-- tags: `key=value` for every series key (experiments/identity.py SERIES_KEYS: the algorithm
+- tags: `key=value` for every series key (experiments/config/identity.py SERIES_KEYS: the algorithm
   and each of its knobs, tau, workers, network, partition, compute.slowdown, comm.compression),
   plus scale, dataset and timing;
 - x-axes: `time/train_s` for every `test/*` and `train/*` metric (on the run's clock: modeled
@@ -28,7 +28,7 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
-from experiments.records import METRICS, write_text_atomic
+from experiments.store.records import METRICS, write_text_atomic
 
 EXIT_FAILED, EXIT_INTERRUPTED = 1, 3  # run.py's exit codes
 # What the W&B run summary gets from the training's result.
@@ -98,7 +98,7 @@ def _clean(v: Any) -> Any:
 def wandb_tags(cfg: dict[str, Any]) -> list[str]:
     """`key=value` for every series key of `cfg` (`.name` dropped: `network=ethernet1g`), then
     scale, dataset and timing; W&B allows 64 characters a tag."""
-    from experiments.identity import series
+    from experiments.config.identity import series
 
     tags = [f"{key.removesuffix('.name')}={_tag_value(v)}" for key, v in series(cfg).items()]
     tags += [

@@ -26,13 +26,13 @@ worker does its algorithm's arithmetic slowly too. On the virtual clock
     algorithm:  algo_time_s x f_i(t)           (time/algo_s)
 
 both charged when the local step's backward pass ends, before the hooks' collectives. `measured`
-for either value: experiments/calibrate.py measures it once before training (the median step,
-agreed across workers; the algorithm's work amortised over whole rounds and scaled as
+for either value: experiments/training/calibrate.py measures it once before training (the median
+step, agreed across workers; the algorithm's work amortised over whole rounds and scaled as
 measured algorithm time x step_time_s / measured step time), records it in summary.json, and a
 rerun that pins both values (`compute.step_time_s=<s> compute.algo_time_s=<a>`) repeats the run
 exactly. On the real clock the algorithm's work is measured every step instead.
 
-Two clocks, one interface used by algorithms/comm.py and experiments/loop.py:
+Two clocks, one interface used by algorithms/comm.py and experiments/training/loop.py:
 - `RealClock`: wall-clock. With `emulate_network` a collective completes no earlier than its
   modeled duration after its launch (a wait sleeps off the rest, so a hidden collective costs
   nothing and an exposed one its remainder); with `emulate_compute` each step sleeps to reach
@@ -278,7 +278,7 @@ class VirtualClock:
 
     def algo_step(self, step: int) -> float:
         """Advance by the modeled algorithm work of step `step` (amortised per local step,
-        experiments/calibrate.py); returns its duration (time/algo_s)."""
+        experiments/training/calibrate.py); returns its duration (time/algo_s)."""
         dt = self.compute.algo_time(self.rank, step)
         self.t += dt
         return dt

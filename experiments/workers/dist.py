@@ -224,7 +224,7 @@ def init(worker: Worker, backend: str, timeout_s: float) -> dist.ProcessGroup | 
     """Join the workers' process group; return the control group (None when alone).
 
     The control group is a second, gloo group for the suite's own agreements (stop requests,
-    checkpoint digests: experiments/checkpoint.py), so they are never matched against the
+    checkpoint digests: experiments/store/checkpoint.py), so they are never matched against the
     algorithm's collectives in flight, and run on the CPU even when training uses NCCL.
     """
     dist.init_process_group(
@@ -329,8 +329,8 @@ def note_failure(rank: int) -> None:
 
 def forwarded_signals() -> tuple[signal.Signals, ...]:
     """The signals the launcher passes on to its spawned workers: the stop signals of
-    experiments/checkpoint.py (STOPS), which the workers act on."""
-    from experiments.checkpoint import STOPS
+    experiments/store/checkpoint.py (STOPS), which the workers act on."""
+    from experiments.store.checkpoint import STOPS
 
     return tuple(STOPS)
 
@@ -355,7 +355,7 @@ def spawn(fn: Callable, nprocs: int, args: tuple) -> list[int]:
 
     os.environ["MASTER_ADDR"] = "127.0.0.1"
     os.environ["MASTER_PORT"] = str(free_port())
-    from experiments import startup
+    from experiments.workers import startup
 
     method = startup.start_method()
     stops = forwarded_signals()
@@ -373,7 +373,7 @@ def spawn(fn: Callable, nprocs: int, args: tuple) -> list[int]:
     def forward(signum, frame) -> None:
         interrupted.append(signum)
         if signum == signal.SIGHUP:
-            from experiments.checkpoint import detach_closed_terminal
+            from experiments.store.checkpoint import detach_closed_terminal
 
             detach_closed_terminal()
         if processes:

@@ -5,10 +5,11 @@
     summary.json     status (running | completed | diverged | failed) and the final numbers
     data_card.json   per-worker label histogram
     identity.json    the configuration the run's identity digest is computed from
-                     (experiments/identity.py); summary.json's `identity` holds the digest
+                     (experiments/config/identity.py); summary.json's `identity` holds the digest
     heartbeat.json   the step and the time, rewritten every 30 s while training (rank 0)
-    checkpoint/      the latest checkpoint while the run is unfinished (experiments/checkpoint.py)
-    .hydra/          Hydra's config.yaml (unresolved), hydra.yaml, overrides.yaml
+    checkpoint/      the latest checkpoint while the run is unfinished
+    (experiments/store/checkpoint.py) .hydra/          Hydra's config.yaml (unresolved), hydra.yaml,
+    overrides.yaml
 
 Writes are atomic (temporary file + rename), so a reader never sees half a summary, and the
 status `completed` is written last, after everything else is on disk. Files get the mode the

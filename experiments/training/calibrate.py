@@ -13,7 +13,8 @@ before the first training step:
    forked RNG, never through the training loader) are untouched;
 2. runs WARMUP_ROUNDS whole rounds that are not measured (allocations, lazy initialisation),
    then at least MEASURED_STEPS steps in whole rounds (`tau` steps for round-based methods, 1
-   for the others), timing on the device's clock (synchronised at both ends of each region):
+   for the others; a round longer than MAX_ROUND_STEPS: MEASURED_STEPS of its local steps,
+   without its sync), timing on the device's clock (synchronised at both ends of each region):
    - the step: forward + backward + the local optimizer's step;
    - the algorithm's work: time in its hooks (`before_step`, `after_step`) minus the time spent
      inside the calibration Comm's calls (`ledger.call_s`: collectives, their buffers, waits);
@@ -23,7 +24,7 @@ before the first training step:
 4. agrees across workers: the MEAN of the workers' values (one all-reduce of bookkeeping, not
    accounted), rounded to SIGNIFICANT digits so that the recorded value is the value used.
 
-The virtual clock then charges per local step (experiments/clock.py):
+The virtual clock then charges per local step (experiments/training/clock.py):
 
     step time       step_time_s = the pinned value, else the measured median step
     algorithm time  algo_time_s = the pinned value, else
@@ -49,7 +50,7 @@ Choices [I]:
   charge equals the measured total, and within a round it moves at most one round's algorithm
   work (a small part of one step) earlier than where it happens.
 - The work of `drain()` / `finish()` (evaluation points and the end) is not charged on the
-  virtual clock; on the real clock it is measured like the hooks' (experiments/loop.py).
+  virtual clock; on the real clock it is measured like the hooks' (experiments/training/loop.py).
 - The calibration's steps are the run's first ones (t = 0, 1, ...): an algorithm whose work
   changes later (PowerSGD with `start_step` > 0 compresses only from then on) is charged what
   its first steps cost; pin `compute.algo_time_s` for such a run.
@@ -72,11 +73,16 @@ import torch.nn.functional as F
 
 from algorithms.base import Algorithm
 from algorithms.comm import Comm, WallClock
-from experiments.clock import Compute, DeviceTimer
+from experiments.training.clock import Compute, DeviceTimer
 
 WARMUP_ROUNDS = 1  # whole rounds, at least WARMUP_STEPS steps, not measured
 WARMUP_STEPS = 2
 MEASURED_STEPS = 10  # at least this many steps, in whole rounds
+# Longest round measured whole. A longer round (e.g. `local_sgd tau=1000`, the benchmarks' loop
+# overhead) is measured over MEASURED_STEPS steps of its first round, without its sync: its
+# once-per-round work amortised over more than this many steps is below the clock's rounding,
+# and measuring whole rounds of it would cost more steps than many runs train.
+MAX_ROUND_STEPS = 64
 SIGNIFICANT = 4  # digits of the recorded values
 
 
@@ -211,8 +217,11 @@ def calibrate(
     comm = algo.comm
     timer = timer if timer is not None else DeviceTimer(batch[0].device)
     tau = algo.tau if algo.periodic else 1
-    warmup = max(steps_in_rounds(WARMUP_STEPS, tau), WARMUP_ROUNDS * tau)
-    steps = steps_in_rounds(measured_steps, tau)
+    if tau > MAX_ROUND_STEPS:  # the first round's local steps only (MAX_ROUND_STEPS)
+        warmup, steps = WARMUP_STEPS, measured_steps
+    else:
+        warmup = max(steps_in_rounds(WARMUP_STEPS, tau), WARMUP_ROUNDS * tau)
+        steps = steps_in_rounds(measured_steps, tau)
     samples, work = measure(algo, batch, lr_at, timer, warmup, steps)
     median = statistics.median(samples)
     m = comm.world_size

@@ -1,10 +1,10 @@
 """CIFAR-10 through torchvision, in its own python-pickle format (algorithms.md section 9).
 
 Training: RandomCrop(32, padding 4) + horizontal flip, then normalisation with the reference
-mean/std; test: normalisation only. The crop and flip are `experiments.data.CropFlip`, applied
+mean/std; test: normalisation only. The crop and flip are `experiments.data.datasets.CropFlip`, applied
 by the worker's `Augmented` shard with random numbers from its sampler's generator (not
 torchvision's transforms, which draw from torch's global generator). Kept apart from
-experiments/data.py because importing torchvision costs seconds in every worker process, and
+experiments/data/datasets.py because importing torchvision costs seconds in every worker process, and
 only this dataset needs it.
 """
 
@@ -17,7 +17,7 @@ import torch
 from torchvision import datasets, transforms
 from torchvision.datasets.utils import check_integrity, download_and_extract_archive
 
-from experiments.data import CropFlip, DataBundle, one_line
+from experiments.data.datasets import CropFlip, DataBundle, one_line
 from experiments.errors import UserError
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)

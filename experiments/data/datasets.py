@@ -67,7 +67,7 @@ def prepare_dataset(cfg: Mapping) -> None:
     """Make sure the data is there (downloading CIFAR-10 if allowed) and the config is valid."""
     name = cfg.get("name")
     if name == "cifar10":
-        from experiments import cifar10  # torchvision costs seconds to import: only when used
+        from experiments.data import cifar10  # torchvision costs seconds to import: only when used
 
         cifar10.prepare(cfg)
     elif name == "digits":
@@ -82,7 +82,7 @@ def load_dataset(cfg: Mapping) -> DataBundle:
     """Load the dataset named by the Hydra `dataset` node; never downloads."""
     name = cfg.get("name")
     if name == "cifar10":
-        from experiments import cifar10
+        from experiments.data import cifar10
 
         return cifar10.load(cfg)
     if name == "digits":
@@ -273,7 +273,7 @@ class ResumableRandomSampler(RandomSampler):
     """torch's RandomSampler (the same order from the same generator state: what
     `DataLoader(shuffle=True, generator=g)` uses) whose next pass can skip its first `skip`
     indices: a run resumed mid-epoch restores the generator to the epoch's start and skips the
-    batches it had already taken (experiments/loop.py). torch's samplers have no such position
+    batches it had already taken (experiments/training/loop.py). torch's samplers have no such position
     (torchdata's StatefulDataLoader has one, but is another dependency for one integer).
 
     On an `Augmented` dataset it yields keys (index, augmentation parameters), the parameters

@@ -18,7 +18,7 @@ their steps as not to be compiled), and rank 0 started W&B on the critical path.
   attribute imports the real module and hands over to it, so `torch.compile` still works (it
   loads dynamo on first use).
   `COMMSGD_EAGER_DYNAMO=0` turns the stand-in off.
-- W&B: rank 0 only, and started in a thread of its own (experiments/log.py) while the training
+- W&B: rank 0 only, and started in a thread of its own (experiments/store/log.py) while the training
   runs.
 """
 
@@ -44,12 +44,12 @@ PRELOAD = [
     "algorithms",
     "experiments",
     "experiments.runner",
-    "experiments.loop",
-    "experiments.data",
-    "experiments.partition",
-    "experiments.models",
-    "experiments.evaluate",
-    "experiments.log",
+    "experiments.training.loop",
+    "experiments.data.datasets",
+    "experiments.data.partition",
+    "experiments.training.models",
+    "experiments.training.evaluate",
+    "experiments.store.log",
 ]
 
 
@@ -70,7 +70,7 @@ def context() -> multiprocessing.context.BaseContext:
     return ctx
 
 
-#: The stop signals of experiments/checkpoint.py (STOPS; tests/test_sim.py checks they agree),
+#: The stop signals of experiments/store/checkpoint.py (STOPS; tests/test_sim.py checks they agree),
 #: named here so that `warm` need not import torch.
 STOP_SIGNALS = (
     signal.SIGUSR1,
@@ -83,7 +83,7 @@ STOP_SIGNALS = (
 
 def warm() -> None:
     """Start the forkserver now, so that it imports `PRELOAD` while this process goes on. It
-    starts with the stop signals blocked, as experiments/dist.py `spawn` starts workers: the
+    starts with the stop signals blocked, as experiments/workers/dist.py `spawn` starts workers: the
     workers it forks inherit the mask and unblock the signals once their handlers are in place
     (a stop during a worker's start-up waits for it, never kills it mid-import)."""
     from multiprocessing import forkserver

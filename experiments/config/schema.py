@@ -3,7 +3,7 @@ while it composes the config, before any run directory exists (style.md, "The co
 typed tree").
 
 The dataclasses below declare each key's type and meaning (the comment above or beside the
-field: `python -m experiments.config_doc` turns them into docs/config.md); the YAML files of
+field: `python -m experiments.config.config_doc` turns them into docs/config.md); the YAML files of
 conf/ fill them in. Where the ConfigStore holds them:
 
     commsgd_schema             the root (Config): conf/config.yaml's first defaults entry
@@ -17,7 +17,7 @@ Checks that span several keys (nesterov needs momentum, workers x alpha < 1, ...
 in `experiments.runner.validate`. Hydra lets `+key=value` add keys that no schema declares;
 `unknown_keys` finds them (the pre-flight refuses them). `compute.step_time_s`,
 `compute.algo_time_s` and `compute.slowdown` take a name or a number (a list), which OmegaConf
-cannot type: they are `Any` here and checked by `experiments.clock.make_clock`.
+cannot type: they are `Any` here and checked by `experiments.training.clock.make_clock`.
 
 Registration happens on import (importing `experiments` imports this module).
 """
@@ -295,9 +295,9 @@ class Cluster:
     backend: Backend = MISSING
     checkpoint_every: int = MISSING  # the default of the top-level checkpoint_every
     # The workers as threads of one process talking through an in-process reducer
-    # (experiments/sim.py; needs timing=virtual): cluster=sim, or one SLURM task per run.
+    # (experiments/workers/sim.py; needs timing=virtual): cluster=sim, or one SLURM task per run.
     in_process: bool = False
-    # Where worker processes compute (experiments/dist.py, place): auto = the GPUs when
+    # Where worker processes compute (experiments/workers/dist.py, place): auto = the GPUs when
     # visible (one per worker), else the CPU; cpu; cuda (an error where there is none).
     device: str = "auto"
     # Workers sharing one GPU: 1 = one GPU per worker (NCCL); k > 1 = gloo on CUDA tensors,

@@ -1,6 +1,6 @@
 """The only training loop. It knows no algorithm: it calls the four hooks of algorithms/base.py.
 
-    (timing=virtual with a `measured` compute time: experiments/calibrate.py, once)
+    (timing=virtual with a `measured` compute time: experiments/training/calibrate.py, once)
     for each local step t (one counter across epochs):
         x, y = next batch of this worker's shard            (time/data_s)
         lr   = schedule(t)
@@ -15,15 +15,15 @@
     are evaluated, then algo.finish()), then evaluate (time/eval_s, not training time); then,
     every `checkpoint_every` epochs or when the workers agree to stop, a checkpoint
 
-Time is kept on the run's clock (experiments/clock.py): wall-clock, or a deterministic virtual
-clock on which collectives complete at their modeled times. Training time excludes evaluation
-(AlgoPerf's rule). The ledger (`time_ledger`): compute + algorithm work + exposed communication
-= training time, exactly on the virtual clock; on the real clock data loading and the rest
-(Python between the timers, the communication layer's own copies) complete it. A non-finite
+Time is kept on the run's clock (experiments/training/clock.py): wall-clock, or a deterministic
+virtual clock on which collectives complete at their modeled times. Training time excludes
+evaluation (AlgoPerf's rule). The ledger (`time_ledger`): compute + algorithm work + exposed
+communication = training time, exactly on the virtual clock; on the real clock data loading and the
+rest (Python between the timers, the communication layer's own copies) complete it. A non-finite
 training loss stops the run with status `diverged` on every worker at the next evaluation
 point, and the summary names the first step at which any worker saw it.
 
-Checkpoints (experiments/checkpoint.py): `capture()` takes this worker's whole state at a step
+Checkpoints (experiments/store/checkpoint.py): `capture()` takes this worker's whole state at a step
 boundary and `restore()` puts it back, so that a resumed run continues on the same trajectory.
 A stop request (a signal) is acted on at the next step boundary the workers agree on (every
 `checkpoint.poll_steps` steps, for algorithms that allow it) or at the next evaluation point;
@@ -44,18 +44,18 @@ import torch.nn.functional as F
 
 from algorithms.base import Algorithm
 from algorithms.comm import Comm
-from experiments.checkpoint import Stopper
-from experiments.evaluate import evaluate, fixed_batches, loss_and_correct
-from experiments.faults import Fault
-from experiments.records import write_json_atomic
-from experiments.schedule import lr_at
+from experiments.store.checkpoint import Stopper
+from experiments.store.records import write_json_atomic
+from experiments.training.evaluate import evaluate, fixed_batches, loss_and_correct
+from experiments.training.faults import Fault
+from experiments.training.schedule import lr_at
 
 
 @dataclass
 class LoopSettings:
     epochs: int
     eval_every: int
-    schedule: dict  # keyword arguments of experiments.schedule.lr_at
+    schedule: dict  # keyword arguments of experiments.training.schedule.lr_at
     dtype: torch.dtype = torch.float32
     progress: bool = True
     heartbeat: Path | None = None  # rank 0: a file rewritten every HEARTBEAT_S while training
@@ -95,14 +95,15 @@ class Position:
     lr: float = 0.0
     row: dict = field(default_factory=dict)  # the last evaluation's metrics
     epoch_rng: torch.Tensor | None = None  # the data loader's generator at the start of `epoch`
-    calibration: dict | None = None  # the virtual clock's (experiments/calibrate.py), once
+    calibration: dict | None = None  # the virtual clock's (experiments/training/calibrate.py), once
 
 
 @dataclass
 class Checkpointing:
-    """What the runner hands the loop for checkpoints (experiments/checkpoint.py): `save(state,
-    step, epoch, reason)` writes one consistently on every worker; `stopper` carries the stop
-    requests; `every` is in epochs (0: on stop requests only); `resume` is a saved state."""
+    """What the runner hands the loop for checkpoints (experiments/store/checkpoint.py):
+    `save(state, step, epoch, reason)` writes one consistently on every worker; `stopper` carries
+    the stop requests; `every` is in epochs (0: on stop requests only); `resume` is a saved
+    state."""
 
     save: Callable[[dict, int, int, str], object]
     stopper: Stopper
@@ -251,7 +252,9 @@ def train(
         comm.settle()
         t1 = time.perf_counter()
         times.eval_s += local_s
-        if clock.virtual:  # drain/finish's own work is not modeled (experiments/calibrate.py)
+        if (
+            clock.virtual
+        ):  # drain/finish's own work is not modeled (experiments/training/calibrate.py)
             times.train_s = clock.now()
         else:
             spent = t1 - t0 - local_s
@@ -336,10 +339,11 @@ def train(
 
 
 def _calibration(algo: Algorithm, comm: Comm, loader, device, settings: LoopSettings, saved):
-    """The virtual clock's calibration (experiments/calibrate.py), applied to the clock: the
-    saved one of a resumed run, else measured now when a compute time is `measured`, else the
-    pinned values. None on the real clock (nothing to calibrate: it measures every step)."""
-    from experiments import calibrate
+    """The virtual clock's calibration (experiments/training/calibrate.py), applied to the
+    clock: the saved one of a resumed run, else measured now when a compute time is `measured`,
+    else the pinned values. None on the real clock (nothing to calibrate: it measures every
+    step)."""
+    from experiments.training import calibrate
 
     clock = comm.clock
     if not clock.virtual:
@@ -361,8 +365,8 @@ def _calibration(algo: Algorithm, comm: Comm, loader, device, settings: LoopSett
 
 
 def _order_generator(loader) -> torch.Generator | None:
-    """The generator of the data order and augmentation: the sampler's (experiments/data.py),
-    else the loader's."""
+    """The generator of the data order and augmentation: the sampler's
+    (experiments/data/datasets.py), else the loader's."""
     generator = getattr(loader.sampler, "generator", None)
     return generator if generator is not None else loader.generator
 
@@ -373,7 +377,7 @@ def _generator_state(loader) -> torch.Tensor | None:
 
 
 def capture(algo: Algorithm, comm: Comm, times: Times, pos: Position, train_loader) -> dict:
-    """This worker's whole state at a step boundary, for experiments/checkpoint.py."""
+    """This worker's whole state at a step boundary, for experiments/store/checkpoint.py."""
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         rng["cuda"] = torch.cuda.get_rng_state_all()

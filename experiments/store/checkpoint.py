@@ -7,16 +7,16 @@ Layout in the run directory (contract.md: `checkpoint/` when checkpointing is on
     checkpoint/step-000000123/rank0.pt   one file per worker, all of the same step
     ...
 
-What a worker's file holds (experiments/loop.py builds it): the model (parameters and BatchNorm
-buffers), the local optimizer (momentum), the algorithm's whole state (algorithms/base.py: anchors,
-centres, error-feedback memories, PowerSGD factors, stale snapshots, counters, metric sums, and
-the collectives in flight as snapshots), the worker's RNG streams (torch CPU and CUDA, and the
+What a worker's file holds (experiments/training/loop.py builds it): the model (parameters and
+BatchNorm buffers), the local optimizer (momentum), the algorithm's whole state (algorithms/base.py:
+anchors, centres, error-feedback memories, PowerSGD factors, stale snapshots, counters, metric sums,
+and the collectives in flight as snapshots), the worker's RNG streams (torch CPU and CUDA, and the
 data sampler's generator as of the start of the epoch, plus the batches already taken in it),
 the clock (virtual time), the ledger and the loop's accounts. Restored, the run continues on the
 same trajectory: on CPU its metrics equal those of the uninterrupted run (tests/test_resume.py).
 The data order and augmentation of an epoch come from the sampler's generator as of the epoch's
-start (experiments/data.py), so a resume mid-epoch is exact with data-loader worker processes
-too. Not exact: real-clock times are measured, not restored.
+start (experiments/data/datasets.py), so a resume mid-epoch is exact with data-loader worker
+processes too. Not exact: real-clock times are measured, not restored.
 
 Writing (`save`): every worker writes its file atomically (temporary name, then rename), the
 workers exchange the files' digests on the control group, then rank 0 replaces `latest.json`
@@ -27,9 +27,9 @@ file). Reading (`verify`, `load`): a missing, corrupt, incompatible or damaged c
 not load) is a `CheckpointError` naming the file, before any worker starts, never a silent
 restart from scratch nor a traceback inside the workers.
 
-When (experiments/loop.py): every `checkpoint_every` epochs at an evaluation point, and when a
-worker receives a stop signal (STOPS, the one table: SIGUSR1/SIGUSR2, SLURM's warning before a
-time limit; SIGTERM, preemption or scancel; SIGHUP, a closed terminal; SIGINT, Ctrl-C: only
+When (experiments/training/loop.py): every `checkpoint_every` epochs at an evaluation point, and
+when a worker receives a stop signal (STOPS, the one table: SIGUSR1/SIGUSR2, SLURM's warning before
+a time limit; SIGTERM, preemption or scancel; SIGHUP, a closed terminal; SIGINT, Ctrl-C: only
 when `checkpoint_every` > 0, else it stops the run at once, as a second Ctrl-C always does).
 The workers agree on one step (`Stopper`):
 - at every evaluation point, where every algorithm is at rest after `drain()`, with one blocking
@@ -62,7 +62,7 @@ import torch
 
 from algorithms.group import Group, as_group
 from experiments.errors import OutputError, UserError
-from experiments.records import (
+from experiments.store.records import (
     DamagedRecord,
     read_json_object,
     write_bytes_atomic,
@@ -230,7 +230,7 @@ def verify(
     return meta
 
 
-# What a worker's file holds (experiments/loop.py, capture()).
+# What a worker's file holds (experiments/training/loop.py, capture()).
 STATE_KEYS = ("model", "optimizer", "algorithm", "rng", "clock", "ledger", "times", "position")
 
 
