@@ -42,8 +42,9 @@ class Figure:
     at_least: bool = False  # the target is a lower bound (">= limit"), else an upper one
     # The 95% interval of `value` over its repetitions (harness.bootstrap_interval); None: a
     # figure without repetitions (a count, a closed form, one wall-clock).
-    interval: tuple[float, float] | None = None
-    reps: int | None = None  # the repetitions (or launches, epochs) the interval is over
+    interval: tuple[float, float] | None = field(default=None, kw_only=True)
+    # the repetitions (or launches, epochs, steps) the interval is over
+    reps: int | None = field(default=None, kw_only=True)
 
     @property
     def verdict(self) -> str:
@@ -411,7 +412,7 @@ def _step_row(
         ]
     )
     limit = float(target.split()[-1]) if target else None
-    figure = Figure(f"{name} ({workload}), time per step", ratio, target, limit, interval)
+    figure = Figure(f"{name} ({workload}), time per step", ratio, target, limit, interval=interval)
     figure.reps = len(ta)
     sec.figures.append(figure)
 

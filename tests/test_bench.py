@@ -104,3 +104,27 @@ def test_headline_pairs_repeat_until_the_interval_is_within_2_percent():
     assert len(xs) == 5  # no spread: fixed repetitions
     same = [[1.0, 1.0]] * 4
     assert _pair_spread(same, same) == 0.0
+
+
+def test_step_level_rows_carry_their_interval_and_a_verdict_read_from_it():
+    import random
+
+    from benchmarks.families import Section, _step_row
+
+    rng = random.Random(0)
+    launch = lambda k: {  # noqa: E731
+        "a": [k * rng.uniform(1.0, 1.1) for _ in range(200)],
+        "b": [rng.uniform(1.0, 1.1) for _ in range(200)],
+    }
+    level = {
+        "per_launch": [launch(0.9), launch(0.9)],
+        "model": {"name": "resnet18", "width": 64},
+        "workers": 2,
+    }
+    level["times"] = {k: level["per_launch"][0][k] + level["per_launch"][1][k] for k in "ab"}
+    sec = Section("s", "t", "about", [])
+    _step_row(sec, "a / b", level, "a", "b", target="<= 1.00")
+    (figure,) = sec.figures
+    assert figure.interval is not None and figure.interval[1] < 1.0
+    assert figure.value == pytest.approx(0.9, abs=0.02) and figure.verdict == "met"
+    assert not figure.exact
