@@ -18,11 +18,33 @@ PUBLISH ?=
 # report
 SWEEP_ARGS = --scale $(SCALE) --out-root "$(OUT)" $(if $(RESULTS),--results "$(RESULTS)") \
 	$(if $(filter 1 yes true,$(PUBLISH)),--publish)
-SWEEP = $(PY) -m experiments.sweep --cluster $(CLUSTER) $(SWEEP_ARGS)
+# CLUSTER=slurm: the jobs' shape, each passed to every run as its cluster.* key when set
+# (conf/cluster/slurm.yaml; site defaults belong in conf/local/slurm.yaml). Without GPUS_PER_NODE
+# the jobs ask SLURM for no GPU. The paper's tables: NODES=2 GPUS_PER_NODE=8 (16 workers).
+NODES ?=
+GPUS_PER_NODE ?=
+PARTITION ?=
+ACCOUNT ?=
+TIMEOUT_MIN ?=
+SLURM_KEYS = $(if $(NODES),cluster.nodes=$(NODES)) \
+	$(if $(GPUS_PER_NODE),cluster.gpus_per_node=$(GPUS_PER_NODE)) \
+	$(if $(PARTITION),cluster.partition=$(PARTITION)) \
+	$(if $(ACCOUNT),cluster.account=$(ACCOUNT)) \
+	$(if $(TIMEOUT_MIN),cluster.timeout_min=$(TIMEOUT_MIN))
+ifneq ($(strip $(SLURM_KEYS)),)
+ifneq ($(strip $(CLUSTER)),slurm)
+$(error NODES, GPUS_PER_NODE, PARTITION, ACCOUNT and TIMEOUT_MIN apply to CLUSTER=slurm)
+endif
+endif
+# `make table1 SCALE=paper CLUSTER=slurm NODES=2 GPUS_PER_NODE=8` is
+# `python run.py -m experiment=table1 scale=paper cluster=slurm cluster.nodes=2
+#  cluster.gpus_per_node=8 out_root=outputs/table1` (the runs in outputs/table1/runs), then the report
+SWEEP = $(PY) -m experiments.sweep --cluster $(strip $(CLUSTER)) $(SWEEP_ARGS) $(1) \
+	$(strip $(SLURM_KEYS))
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-fast test-unit test-dist test-e2e test-slurm lint fmt demo \
-	smoke clean table1 table2 figures report bench bench-quick docs
+	smoke clean table1 table2 figures report bench bench-quick gpu-check docs
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -72,25 +94,28 @@ demo: $(STAMP) ## Every algorithm, briefly, 3 seeds, digits, 4 workers; writes $
 	$(PY) -m experiments.sweep demo --cluster sim $(SWEEP_ARGS)
 
 table1: $(STAMP) ## Overlap-Local-SGD Table 1 (IID): run missing points, write $(OUT)/results/table1/$(SCALE) (PUBLISH=1: results/)
-	$(SWEEP) table1
+	$(call SWEEP,table1)
 
 table2: $(STAMP) ## Table 2 (non-IID): run missing points, write $(OUT)/results/table2/$(SCALE) (PUBLISH=1: results/)
-	$(SWEEP) table2
+	$(call SWEEP,table2)
 
 figures: $(STAMP) ## Figures 4 and 5 of the Overlap-Local-SGD paper (runs what is missing)
-	$(SWEEP) fig4
-	$(SWEEP) fig5
+	$(call SWEEP,fig4)
+	$(call SWEEP,fig5)
 
 report: table1 table2 figures ## Every preset: tables, figures, LOSP, pseudo-sync, low-comm studies
-	$(SWEEP) losp
-	$(SWEEP) pseudo_sync
-	$(SWEEP) low_comm
+	$(call SWEEP,losp)
+	$(call SWEEP,pseudo_sync)
+	$(call SWEEP,low_comm)
 
 bench: $(STAMP) ## Performance benchmarks as ratios side by side (~10 min): benchmarks/RESULTS.md
 	$(PY) -m benchmarks
 
 bench-quick: $(STAMP) ## The benchmarks' code path in a few steps (no figure is a measurement)
 	$(PY) -m benchmarks --quick
+
+gpu-check: $(STAMP) ## Every CUDA code path one GPU reaches (<= 8 min): benchmarks/GPU-CHECK.md; no GPU: says so, exit 0
+	$(PY) -m benchmarks.gpu_check
 
 docs: $(STAMP) ## Regenerate docs/config.md (every config key) from the schema
 	$(PY) -m experiments.config.config_doc > docs/config.md

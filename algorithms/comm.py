@@ -13,6 +13,26 @@ Averages are computed as SUM then divide by m: `ReduceOp.AVG` exists on gloo onl
 Time (timing.md): each accounted collective asks the worker's clock for its modeled duration.
 Blocking waits are exposed communication; for a non-blocking one, the part of its duration
 that passed while the worker computed is hidden (`hidden_s`) and only the wait is exposed.
+On an accelerator (CUDA tensors with NCCL) the real clock of the host says
+when work was *launched*, not when it ran: the host runs ahead of the device, ProcessGroupNCCL's
+future completes at enqueue, and a host-side wait would count the forward/backward kernels still
+queued before the collective as communication. There a collective is timed on the device, with
+CUDA events (`DeviceMarks`): L on the compute stream when the payload is ready (its launch), D
+on a side stream made to wait for the collective (its completion), Wb and Wa on the compute
+stream just before and just after the compute stream waits for the result. Then, as on gloo,
+
+    exposed = Wa - Wb                     (how long the compute stream stalled for it)
+    hidden  = max(0, min(D, Wb) - L)      (non-blocking ones: how long it ran under compute)
+
+read when the events have completed: at the next wait whose events are done (no sync), at the
+latest in `settle()`, which the loop calls at each evaluation after its device sync. No
+host-device sync is added by a collective. Where the wait is on the host anyway (gloo on CUDA
+tensors: gloo copies them to the host and its `wait()` blocks the host; `emulate_network`: the
+modeled duration is a host-side sleep) the collective is timed on the host, and the compute
+stream is synchronised *before* the wait's timer starts, so queued compute is never booked as
+communication (there a hidden time counts from the host's launch). `device_accounts` is the
+arithmetic, `DeviceMarks` the CUDA events; both are replaceable (tests use a fake event clock).
+
 Every call into `Comm` (and into a `Pending` it returned) also adds its real duration to
 `ledger.call_s`, read on `Comm.timer` (wall time by default; a `clock.DeviceTimer` waits for an
 accelerator's queued work): an algorithm's hook time minus the `call_s` it spent is the
@@ -189,6 +209,70 @@ def _encode_clock(x: float, parts: int) -> list[float]:
     return [hi, mid, x - hi - mid]  # the remainder has <= 5 significant bits: exact in float32
 
 
+def device_accounts(
+    seconds: Callable[[object, object], float],
+    launch,
+    done,
+    wait_begin,
+    wait_end,
+    blocking: bool,
+) -> tuple[float, float]:
+    """(exposed, hidden) seconds of one collective timed on a device (module doc): `seconds(a,
+    b)` is the device time from mark a to mark b. Exposed: how long the compute stream stood
+    between `wait_begin` and `wait_end` (it waited for the collective there, nothing else);
+    hidden (non-blocking only): the part of the collective's run, from `launch` to `done`, that
+    the compute stream spent computing, i.e. up to `wait_begin`."""
+    exposed = max(0.0, seconds(wait_begin, wait_end))
+    if blocking:
+        return exposed, 0.0
+    ran = seconds(launch, done)
+    computed = seconds(launch, wait_begin)
+    return exposed, max(0.0, min(ran, computed))
+
+
+class DeviceMarks:
+    """Marks on a CUDA device's timeline (`torch.cuda.Event(enable_timing=True)`), for
+    `_Collective`: `mark()` on the current (compute) stream, `done(work)` on a side stream that
+    waits for a collective (so the mark completes when the collective does, whatever the
+    compute stream is doing), `ready(mark)` without waiting, `seconds(a, b)` between two
+    completed marks. Written against torch's event API only, so a fake with the same four
+    methods (tests/test_device_ledger.py) exercises the same accounting on a CPU."""
+
+    def __init__(self, device: torch.device):
+        self.device = device
+        self.side = torch.cuda.Stream(device)
+
+    def mark(self):
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def done(self, work):
+        event = torch.cuda.Event(enable_timing=True)
+        with torch.cuda.stream(self.side):
+            work.wait()  # the side stream (not the host, not the compute stream) waits
+            event.record(self.side)
+        return event
+
+    def ready(self, mark) -> bool:
+        return mark.query()
+
+    def seconds(self, a, b) -> float:
+        return a.elapsed_time(b) / 1e3  # waits for b if it has not completed
+
+
+@dataclass
+class _DeviceWait:
+    """A device-timed wait whose accounts are read once its marks have completed."""
+
+    launch: object
+    done: object
+    wait_begin: object
+    wait_end: object
+    blocking: bool
+    marks: object  # whose `seconds` and `ready` read them
+
+
 def _timed(method):
     """Add the real duration of a call of `method` (of a Comm, or of a Pending of one) to the
     Comm's `ledger.call_s`; nested calls count once."""
@@ -205,13 +289,20 @@ def _timed(method):
 class _Collective:
     """One accounted all-reduce in flight, with the times the clock model needs.
 
-    Real clock: `earliest` is launch + modeled duration (0 without network emulation), and the
-    real completion time is stamped by a callback on the work's future. Virtual clock: every
-    worker needs every launch clock c_j to compute the same completion max_j c_j + T. A
-    blocking collective carries them in a tail of its own buffer (`wire`: rank j writes c_j in
-    its slots, the others zeros, so the SUM delivers every c_j exactly): one collective per
-    sync. A non-blocking one sends them in a second, small all-reduce (MAX, float64) launched
-    with it, so `is_completed()` can answer without waiting for the payload.
+    Real clock: `earliest` is launch + modeled duration (0 without network emulation). On the
+    host (CPU tensors) the real completion time is stamped by a callback on the work's future;
+    on a device the collective is timed with marks on the device's streams instead (`marks`,
+    module doc), because a CUDA future completes when the collective is enqueued. Virtual
+    clock: every worker needs every launch clock c_j to compute the same completion
+    max_j c_j + T. A blocking collective carries them in a tail of its own buffer (`wire`: rank
+    j writes c_j in its slots, the others zeros, so the SUM delivers every c_j exactly): one
+    collective per sync. A non-blocking one sends them in a second, small all-reduce (MAX,
+    float64) launched with it, so `is_completed()` can answer without waiting for the payload.
+
+    `launch_at` (virtual clock): the launch clock when the collective was, in the modeled
+    timeline, started earlier than now (sync_sgd's gradient buckets, ready mid-backward);
+    `after`: a collective this one queues behind on the worker's link (it starts no earlier
+    than that one completes: the buckets of one step share the network).
     """
 
     def __init__(
@@ -221,10 +312,13 @@ class _Collective:
         async_op: bool,
         wire: torch.Tensor | None = None,
         nbytes: int | None = None,
+        launch_at: float | None = None,
+        after: _Collective | None = None,
     ):
         clock, m = comm.clock, comm.world_size
         self.comm, self.flat = comm, flat
-        self.launch = clock.now()
+        self.launch = clock.now() if launch_at is None or not clock.virtual else launch_at
+        self.after = after if clock.virtual else None
         # the modeled duration is that of the bytes on the wire (compressed when a Codec is on)
         nbytes = flat.numel() * flat.element_size() if nbytes is None else nbytes
         self.duration = clock.duration(nbytes, m)
@@ -233,6 +327,13 @@ class _Collective:
         self.clocks = None
         self.latest = self.launch  # max_j c_j, once the launch clocks have arrived
         self.tail: torch.Tensor | None = None
+        self.completion: float | None = None  # virtual clock, once known
+        self.begin = self.launch  # virtual clock: when the link starts carrying it
+        # Device timing (real clock, CUDA tensors, no emulated duration): the launch mark
+        self.marks = None if clock.virtual else comm._marks_for(flat)
+        if self.marks is not None and self.duration > 0:
+            self.marks = None  # emulation sleeps on the host: timed there (wait())
+        self.launch_mark = self.marks.mark() if self.marks is not None and m > 1 else None
         wire = flat if wire is None else wire
         if wire.numel() > flat.numel():  # the launch clocks ride in the payload's collective
             self.tail = wire[flat.numel() :]
@@ -245,7 +346,8 @@ class _Collective:
             if clock.virtual and self.tail is None:
                 self.clocks = torch.tensor([self.launch], dtype=torch.float64, device=comm.device)
                 self.clock_work = comm.group.all_reduce(self.clocks, "max", async_op=True)
-            elif async_op:
+            elif async_op and self.launch_mark is None and comm._completes_on_host(flat):
+                # (not on NCCL: a CUDA future completes when the collective is enqueued)
                 self.work.get_future().add_done_callback(self._stamp)
         else:
             self.real_done = self.launch
@@ -254,7 +356,10 @@ class _Collective:
         self.real_done = time.perf_counter()
 
     def _completion(self) -> float:
-        """Virtual clock: max_j c_j + T, known once the launch clocks have arrived."""
+        """Virtual clock: max(max_j c_j, completion of the collective queued before it) + T,
+        known once the launch clocks have arrived."""
+        if self.completion is not None:
+            return self.completion
         if self.tail is not None:
             self.work.wait()
             values = self.tail.tolist()  # float64 sums of each rank's parts: exact
@@ -267,7 +372,12 @@ class _Collective:
             self.clock_work.wait()
             self.clock_work = None
             self.latest = self.clocks.item()
-        return self.latest + self.duration
+        self.begin = self.latest
+        if self.after is not None:
+            self.begin = max(self.begin, self.after._completion())
+            self.after = None
+        self.completion = self.begin + self.duration
+        return self.completion
 
     def is_completed(self) -> bool:
         clock = self.comm.clock
@@ -286,21 +396,41 @@ class _Collective:
                 self.work.wait()  # real time, not modeled time: costs nothing on this clock
             start = clock.now()
             if not blocking:
-                ledger.hidden_s += max(0.0, min(completion, start) - self.launch)
+                # from when it could start (its own launch, or the link freeing up)
+                began = max(self.launch, self.begin)
+                ledger.hidden_s += max(0.0, min(completion, start) - began)
             ledger.exposed_s += max(0.0, completion - start)
             clock.t = max(start, completion)
             return
+        if self.launch_mark is not None:  # on a device: timed by marks, accounted later
+            marks = self.marks
+            done = marks.done(self.work)
+            wait_begin = marks.mark()
+            self.work.wait()  # the compute stream waits; the host does not
+            wait_end = marks.mark()
+            self.comm._device_waits.append(
+                _DeviceWait(self.launch_mark, done, wait_begin, wait_end, blocking, marks)
+            )
+            self.comm.settle(block=False)
+            return
+        if self.flat.is_cuda:
+            # the compute queued before the wait belongs to compute, not to this wait: drain
+            # it before the timer starts (the reference synchronises before its timers)
+            torch.cuda.current_stream(self.flat.device).synchronize()
         start = clock.now()
         if self.work is not None:
             self.work.wait()
             if self.flat.is_cuda:
-                torch.cuda.current_stream().synchronize()
+                torch.cuda.current_stream(self.flat.device).synchronize()
         earliest = self.launch + self.duration
         if clock.now() < earliest:  # network emulation: sleep off the modeled remainder
             time.sleep(earliest - clock.now())
         end = clock.now()
         if not blocking:
-            done = max(self.real_done or start, earliest)
+            # on NCCL the real completion is not stamped (the future completes at enqueue):
+            # the modeled completion stands for it
+            real = self.real_done
+            done = max(real or start, earliest)
             ledger.hidden_s += max(0.0, min(done, start) - self.launch)
         ledger.exposed_s += end - start
 
@@ -408,7 +538,8 @@ class Comm:
     `clock` is the worker's clock (experiments/training/clock.py): real (optionally emulating the
     network) or virtual; without one, plain wall time. `timer` reads the real time that
     `ledger.call_s` accounts (default `time.perf_counter`; a `clock.DeviceTimer` for device
-    time). `account=False` is for bookkeeping
+    time). `marks`: how collectives on a device are timed (default: `DeviceMarks`, CUDA events,
+    for CUDA tensors; none for CPU tensors). `account=False` is for bookkeeping
     collectives (evaluation, metric reduction) that are not part of the algorithm: they are not
     in `comm/bytes`, take no modeled time and are not in the exposed time. `compression` is the
     wire format of the accounted averages (`Codec`; `comm.compression` in the config).
@@ -423,8 +554,14 @@ class Comm:
         clock=None,
         compression: str = "none",
         timer: Callable[[], float] | None = None,
+        marks=None,
     ):
         self.codec = Codec(compression)
+        # Device timing of collectives on CUDA tensors (module doc): `DeviceMarks` per device,
+        # made when first needed; `marks` given: used for every tensor (tests: a fake clock).
+        self._marks = marks
+        self._device_marks: dict[torch.device, DeviceMarks] = {}
+        self._device_waits: list[_DeviceWait] = []
         self.timer = timer if timer is not None else time.perf_counter
         self._depth = 0  # calls in progress (nested calls are timed once)
         self.group = as_group(group)
@@ -437,6 +574,50 @@ class Comm:
         # copied out before they return. An async slot holds two buffers used in turn.
         self._buffers: dict[tuple, torch.Tensor] = {}
         self._turn: dict[tuple, int] = {}
+
+    def _completes_on_host(self, flat: torch.Tensor) -> bool:
+        """Whether a collective on `flat` completes on the host: CPU tensors, and gloo on CUDA
+        tensors (gloo copies them to the host and its `wait()` blocks the host until done).
+        NCCL's does not: its `wait()` only makes the compute stream wait."""
+        if not flat.is_cuda:
+            return True
+        dist_backend = getattr(getattr(self.group, "dist", None), "get_backend", None)
+        if dist_backend is None:
+            return False
+        return dist_backend(self.group.pg) == "gloo"
+
+    def _marks_for(self, flat: torch.Tensor):
+        """How a collective on `flat` is timed on the real clock: marks on its device (CUDA
+        with NCCL), or None (the host's clock: CPU tensors; gloo on CUDA tensors, whose wait
+        blocks the host, so marks would be recorded after the stall they should bracket)."""
+        if self._marks is not None:
+            return self._marks
+        if self._completes_on_host(flat):
+            return None
+        marks = self._device_marks.get(flat.device)
+        if marks is None:
+            marks = self._device_marks[flat.device] = DeviceMarks(flat.device)
+        return marks
+
+    def settle(self, block: bool = True) -> float:
+        """Fold the device-timed waits (module doc) into the ledger: those whose marks have
+        completed, or (`block`) all of them, waiting for the device. Returns the exposed
+        seconds added. The loop calls it at each evaluation, after its device sync (so it
+        waits for nothing there); on the CPU there is nothing to settle."""
+        added, keep = 0.0, []
+        for w in self._device_waits:
+            marks = w.marks
+            if not block and not (marks.ready(w.wait_end) and marks.ready(w.done)):
+                keep.append(w)
+                continue
+            exposed, hidden = device_accounts(
+                marks.seconds, w.launch, w.done, w.wait_begin, w.wait_end, w.blocking
+            )
+            self.ledger.exposed_s += exposed
+            self.ledger.hidden_s += hidden
+            added += exposed
+        self._device_waits = keep
+        return added
 
     @contextmanager
     def calls(self):
@@ -454,14 +635,14 @@ class Comm:
             self.ledger.call_s += self.timer() - start
 
     def _buffer(
-        self, tensors: list[torch.Tensor], slot: str | None, extra: int = 0
+        self, tensors: list[torch.Tensor], slot: str | None, extra: int = 0, turns: int = 2
     ) -> torch.Tensor:
         """A flat buffer for `tensors` (+ `extra` slots), reused across calls (see `mean_async`
-        for slots)."""
+        for slots and `turns`)."""
         t0 = tensors[0]
         key = (slot, t0.dtype, t0.device, sum(t.numel() for t in tensors) + extra)
         if slot is not None:
-            turn = self._turn[key] = 1 - self._turn.get(key, 1)
+            turn = self._turn[key] = (self._turn.get(key, -1) + 1) % turns
             key = (*key, turn)
         buf = self._buffers.get(key)
         if buf is None:
@@ -475,10 +656,13 @@ class Comm:
         async_op: bool,
         wire: torch.Tensor | None = None,
         sizes: Sequence[int] | None = None,
+        launch_at: float | None = None,
+        after: _Collective | None = None,
     ):
         """Start a SUM all-reduce of `flat` (sent as `wire` when the launch clocks ride along);
         returns the handle (None when alone). Accounted: `flat` (tensors of `sizes` values) goes
-        through the codec first, and the ledger and the clock see its wire bytes."""
+        through the codec first, and the ledger and the clock see its wire bytes (`launch_at`,
+        `after`: `_Collective`)."""
         if account:
             sizes = [flat.numel()] if sizes is None else sizes
             self.codec.roundtrip_(flat, sizes)  # what each worker's contribution decodes to
@@ -486,7 +670,7 @@ class Comm:
             self.ledger.bytes += nbytes
             self.ledger.collectives += 1
             self.ledger.peak_bytes = max(self.ledger.peak_bytes, nbytes)
-            return _Collective(self, flat, async_op, wire, nbytes)
+            return _Collective(self, flat, async_op, wire, nbytes, launch_at, after)
         if self.world_size == 1:
             return None
         return self.group.all_reduce(flat, "sum", async_op=async_op)
@@ -526,7 +710,14 @@ class Comm:
 
     @_timed
     def mean_async(
-        self, tensors: Sequence[torch.Tensor], *, account: bool = True, slot: str | None = None
+        self,
+        tensors: Sequence[torch.Tensor],
+        *,
+        account: bool = True,
+        slot: str | None = None,
+        launch_at: float | None = None,
+        after: Pending | None = None,
+        turns: int = 2,
     ) -> Pending:
         """Start averaging a snapshot of `tensors` in the background; `.wait()` returns it.
 
@@ -534,12 +725,25 @@ class Comm:
         collective runs (the worker keeps training on them). Without `slot` the buffer is new.
         With a `slot` (a name of the caller's), the slot's two preallocated buffers take turns:
         the averages `wait()` returns stay valid until the second-next `mean_async` on the
-        same slot, which fits an algorithm with at most one average in flight and one in use.
+        same slot, which fits an algorithm with at most one average in flight and one in use;
+        `turns=1`: one buffer, for a caller that reads each average before the slot's next
+        `mean_async` (sync_sgd's buckets: the memory of DDP's buckets, not twice it).
+
+        Virtual clock only (ignored on the real one, where the times are measured):
+        `launch_at` is the modeled launch time when it is earlier than the clock's now (a
+        gradient bucket ready mid-backward, algorithms/sync_sgd.py); `after` an accounted
+        average this one queues behind on the link (it starts once that one completes).
         """
         tensors = list(tensors)
-        flat = flatten(tensors, out=self._buffer(tensors, slot) if slot is not None else None)
+        out = self._buffer(tensors, slot, turns=turns) if slot is not None else None
+        flat = flatten(tensors, out=out)
         sizes = [t.numel() for t in tensors]
-        return Pending(self, self._launch(flat, account, async_op=True, sizes=sizes), flat, tensors)
+        previous = after._collective if after is not None else None
+        previous = previous if isinstance(previous, _Collective) else None
+        handle = self._launch(
+            flat, account, async_op=True, sizes=sizes, launch_at=launch_at, after=previous
+        )
+        return Pending(self, handle, flat, tensors)
 
     @_timed
     def broadcast_(self, tensors: Sequence[torch.Tensor], src: int = 0) -> None:

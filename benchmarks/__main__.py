@@ -32,7 +32,13 @@ def main(argv: list[str] | None = None) -> int:
         help=f"run only these families: {', '.join(families.FAMILIES)}",
     )  # fmt: skip
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
-    parser.add_argument("--reps", type=int, help="interleaved repetitions per A/B pair")
+    parser.add_argument("--reps", type=int, help="interleaved repetitions per A/B pair (least)")
+    parser.add_argument(
+        "--max-reps",
+        type=int,
+        help="headline pairs repeat until their 95%% interval is within +-2%%, up to this many "
+        "(default 12)",
+    )
     parser.add_argument(
         "--jobs", type=int, help="families run at once (default 1; quick mode 3: not measured)"
     )
@@ -45,8 +51,12 @@ def main(argv: list[str] | None = None) -> int:
     out = args.out or Path(
         "outputs/bench/RESULTS-quick.md" if args.quick else "benchmarks/RESULTS.md"
     )
+    reps = args.reps or (1 if args.quick else 5)
     settings = families.Settings(
-        quick=args.quick, device=args.device, reps=args.reps or (1 if args.quick else 5)
+        quick=args.quick,
+        device=args.device,
+        reps=reps,
+        max_reps=max(reps, args.max_reps or (reps if args.quick else 12)),
     )
     names = args.only or list(families.FAMILIES)
     command = "python -m benchmarks " + shlex.join(argv if argv is not None else sys.argv[1:])

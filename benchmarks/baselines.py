@@ -134,22 +134,31 @@ def _ddp_worker(rank: int, m: int, cfg: dict, out: str, device_kind: str, port: 
     import torch.distributed as dist
     from torch.nn.parallel import DistributedDataParallel
 
-    from experiments.workers.dist import exit_spawned_worker
+    from experiments.workers.dist import exit_spawned_worker, place
 
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(threads_for(cfg, m))
-    backend = "nccl" if device_kind == "cuda" else "gloo"
+    # the suite's placement of the same config (experiments/workers/dist.py): NCCL with one GPU per
+    # worker, or gloo on CUDA tensors with cluster.workers_per_gpu > 1
+    cluster = cfg["cluster"]
+    placement = place(
+        cluster["backend"] if device_kind == "cuda" else "gloo",
+        rank,
+        m,
+        device=device_kind,
+        workers_per_gpu=cluster.get("workers_per_gpu", 1) if device_kind == "cuda" else 1,
+        bound=False,
+    )
+    backend = placement.backend
     dist.init_process_group(
         backend, rank=rank, world_size=m, timeout=timedelta(seconds=cfg["dist_timeout_s"])
     )
-    if device_kind == "cuda":
-        torch.cuda.set_device(rank)
-        device = torch.device("cuda", rank)
-    else:
-        device = torch.device("cpu")
+    device = placement.torch_device()
+    if device.type == "cuda":
+        torch.cuda.set_device(device)
 
     def wrap(model):
-        ids = [rank] if device.type == "cuda" else None
+        ids = [device.index] if device.type == "cuda" else None
         return DistributedDataParallel(model, device_ids=ids, **no_buffer_sync())
 
     try:
@@ -182,8 +191,22 @@ def run_ddp(cfg: dict, out: Path, device_kind: str) -> None:
     from experiments.workers.dist import free_port
 
     m = cfg["workers"]
-    if device_kind == "cuda" and torch.cuda.device_count() < m:
-        raise SystemExit(f"--device cuda needs {m} GPUs, found {torch.cuda.device_count()}")
+    if device_kind == "cuda":  # the placement's one-line error before any worker starts
+        from experiments.errors import UserError
+        from experiments.workers.dist import place
+
+        cluster = cfg["cluster"]
+        try:
+            place(
+                cluster["backend"],
+                0,
+                m,
+                device="cuda",
+                workers_per_gpu=cluster.get("workers_per_gpu", 1),
+                bound=False,
+            )
+        except UserError as e:
+            raise SystemExit(f"error: {e}") from None
     mp.start_processes(
         _ddp_worker,
         args=(m, cfg, str(out), device_kind, free_port()),

@@ -40,16 +40,38 @@ class Figure:
     limit: float | None = None  # the number in `target`
     exact: bool = False  # the target is equality (closed forms), within 1e-9
     at_least: bool = False  # the target is a lower bound (">= limit"), else an upper one
+    # The 95% interval of `value` over its repetitions (harness.bootstrap_interval); None: a
+    # figure without repetitions (a count, a closed form, one wall-clock).
+    interval: tuple[float, float] | None = field(default=None, kw_only=True)
+    # the repetitions (or launches, epochs, steps) the interval is over
+    reps: int | None = field(default=None, kw_only=True)
 
     @property
     def verdict(self) -> str:
+        """met: the whole interval meets the target; MISSED: none of it does; within noise:
+        the interval straddles the target (without an interval: the value alone decides)."""
         if self.limit is None:
             return "-"
         if self.exact:
             return "met" if abs(self.value - self.limit) <= 1e-9 else "MISSED"
+        low, high = self.interval if self.interval is not None else (self.value, self.value)
         if self.at_least:
-            return "met" if self.value >= self.limit else "MISSED"
-        return "met" if self.value <= self.limit else "MISSED"
+            low, high = -high, -low
+            limit = -self.limit
+        else:
+            limit = self.limit
+        if high <= limit:
+            return "met"
+        if low > limit:
+            return "MISSED"
+        return "within noise"
+
+    @property
+    def interval_text(self) -> str:
+        if self.interval is None:
+            return ""
+        low, high = self.interval
+        return f"[{low:.4g}, {high:.4g}] (n={self.reps})"
 
 
 @dataclass
@@ -69,7 +91,10 @@ class Settings:
 
     quick: bool = False
     device: str = "cpu"  # cpu | cuda (NCCL for the DDP comparison and CUDA memory)
-    reps: int = 5  # interleaved repetitions of each A/B pair
+    reps: int = 5  # interleaved repetitions of each A/B pair (at least)
+    # Headline pairs repeat until their 95% interval is within +-HALF_WIDTH of the figure, up
+    # to this many repetitions.
+    max_reps: int = 12
 
     @property
     def backend(self) -> list[str]:
@@ -79,12 +104,14 @@ class Settings:
         2-core machine its steps then wait for a descheduled sibling thread (measured: up to
         6x slower per step under load), which would measure the neighbours, not the suite."""
         if self.device == "cuda":
-            return ["cluster.backend=nccl"]
+            return cuda_placement(MAX_WORKERS)
         return ["cluster.backend=gloo", "threads_per_worker=1"]
 
     def timed(self) -> list[str]:
         """The workload of the timing benchmarks: the cpu scale (digits, ResNet-18 width 8,
-        4 workers, batch 32), or a tiny one in quick mode."""
+        4 workers, batch 32), or a tiny one in quick mode (on either device)."""
+        if self.quick:
+            return ["dataset=synthetic", "dataset.num_train=256", "model=tiny_cnn", "workers=2"]
         if self.device == "cuda":
             return [
                 "dataset=synthetic",
@@ -100,6 +127,23 @@ class Settings:
         return ["dataset=digits", "model=resnet18", "model.width=8", "workers=4"]
 
 
+OVERLAP_SEEDS = 3  # pairs of runs per overlap figure (their interval: within +-1% measured)
+MAX_WORKERS = 4  # the most workers of one timed run (the scaling family aside)
+
+
+def cuda_placement(workers: int) -> list[str]:
+    """Overrides that place `workers` workers on this machine's GPUs (experiments/workers/dist.py,
+    place): one GPU each with NCCL when there are enough, else gloo on CUDA tensors with as
+    many workers per GPU as needed (a one-GPU machine runs every family that way)."""
+    import torch
+
+    gpus = max(1, torch.cuda.device_count())
+    share = -(-workers // gpus)
+    if share == 1:
+        return ["cluster.backend=nccl", "cluster.device=cuda"]
+    return ["cluster.backend=gloo", "cluster.device=cuda", f"cluster.workers_per_gpu={share}"]
+
+
 Context = dict  # what one family leaves for another (the measured compute step)
 
 
@@ -111,18 +155,68 @@ def _fmt_ratio(x: float) -> str:
     return f"{x:.3f}"
 
 
-def _interleaved(a: Callable[[], object], b: Callable[[], object], reps: int):
+HALF_WIDTH = 0.02  # the headline figures' 95% interval: within +-2% of the figure
+
+
+def _interleaved(
+    a: Callable[[], object],
+    b: Callable[[], object],
+    reps: int,
+    *,
+    max_reps: int | None = None,
+    spread: Callable[[list, list], float] | None = None,
+):
     """A B, B A, A B, ...: `reps` measurements of each, alternating which goes first so that
-    a drift of the machine's load does not favour either side. Returns the two lists."""
+    a drift of the machine's load does not favour either side; then, with `spread` (the
+    relative half-width of the figure's interval from the lists so far), more pairs until it
+    is within HALF_WIDTH or `max_reps` pairs were made. Returns the two lists."""
     xs, ys = [], []
-    for rep in range(reps):
+    rep = 0
+    while True:
         if rep % 2 == 0:
             xs.append(a())
             ys.append(b())
         else:
             ys.append(b())
             xs.append(a())
-    return xs, ys
+        rep += 1
+        if rep < reps:
+            continue
+        if spread is None or max_reps is None or rep >= max_reps:
+            return xs, ys
+        if spread(xs, ys) <= HALF_WIDTH:
+            return xs, ys
+
+
+def _pooled_ratio(pairs: list) -> float:
+    """Median of every epoch of side A over that of side B (lists of per-rep epoch times)."""
+    a = h.median(x for rep, _ in pairs for x in rep)
+    b = h.median(y for _, rep in pairs for y in rep)
+    return a / b
+
+
+def _pair_spread(xs: list, ys: list) -> float:
+    pairs = list(zip(xs, ys, strict=True))
+    return h.half_width(h.bootstrap_interval(pairs, _pooled_ratio), _pooled_ratio(pairs))
+
+
+def _step_interval(per_launch: list[dict], a: str, b: str) -> tuple[float, float]:
+    """95% interval of the step-level figure (geometric mean over launches of the 10th
+    percentile ratio), each launch's step times of each side resampled on their own."""
+    import random
+
+    rng = random.Random(0)
+    q = h.low_quantile
+    values = []
+    for _ in range(h.BOOTSTRAP):
+        ratios = []
+        for t in per_launch:
+            ta, tb = t[a], t[b]
+            ratios.append(q(rng.choices(ta, k=len(ta))) / q(rng.choices(tb, k=len(tb))))
+        values.append(h.geomean(ratios))
+    values.sort()
+    tail = (1 - h.CONFIDENCE) / 2
+    return values[int(tail * (h.BOOTSTRAP - 1))], values[int((1 - tail) * (h.BOOTSTRAP - 1))]
 
 
 # ---------------------------------------------------------------------------------------------
@@ -147,6 +241,7 @@ def overhead(s: Settings, ctx: Context) -> Section:
             "suite ms/step",
             "baseline ms/step",
             "ratio",
+            "95% interval",
             "per rep",
             "target",
         ],
@@ -185,8 +280,10 @@ def overhead(s: Settings, ctx: Context) -> Section:
             if s.device == "cpu":
                 pool.submit(_step_level, s, ctx, 8)
             (sync_xy, local_xy) = pool.map(lambda ab: _interleaved(*ab, s.reps), pairs)
-    else:
-        sync_xy, local_xy = (_interleaved(a, b, s.reps) for a, b in pairs)
+    else:  # headline rows: repeated until their interval is within +-2% (or max_reps)
+        sync_xy, local_xy = (
+            _interleaved(a, b, s.reps, max_reps=s.max_reps, spread=_pair_spread) for a, b in pairs
+        )
     ctx["compute_step_s"] = h.median(comp_s)
     _pair(sec, "sync_sgd / DDP", common, sync_xy, "<= 1.02", 1.02)
     sec.notes.append(
@@ -203,12 +300,26 @@ def overhead(s: Settings, ctx: Context) -> Section:
         if not s.quick:
             w64 = _step_level(s, ctx, 64)
             _step_row(
-                sec, "step level: SyncSGD hooks / DDP (same processes)", w64, "sync_real", "ddp"
+                sec,
+                "step level: SyncSGD hooks / DDP (same processes)",
+                w64,
+                "sync_real",
+                "ddp",
+                target="<= 1.00",  # issue 15: bucketed during backward, as DDP
+            )
+            _step_row(
+                sec,
+                "step level: SyncSGD, one average after backward (bucket_mb=0) / DDP",
+                w64,
+                "sync_flat",
+                "ddp",
+                target="",  # the contrast: the suite before issue 15
             )
         sec.notes.append(
             "Step level (`benchmarks/steps.py`): DDP and the suite's SyncSGD hooks on `Comm` in "
             "the same gloo processes, alternating blocks of steps, each step timed, medians "
-            "and 10th percentiles per launch (two launches, ratios in the `per rep` column; "
+            "and 10th percentiles per launch (two launches at width 8, three at width 64, ratios "
+            "in the `per rep` column; the interval resamples each launch's steps; "
             "figure = their geometric mean; interference only adds time to a step: the medians "
             "of two launches differed by up to 8%, the 10th percentiles by 2%): both sides see the "
             "same load. 2 workers of one thread, one per core: with 4 workers on 2 cores the "
@@ -223,13 +334,13 @@ def overhead(s: Settings, ctx: Context) -> Section:
 
 WIDE_MODEL_NOTE = (
     "On the full-width ResNet-18 (width 64, 11.2 M parameters, 45 MB of gradients) DDP splits "
-    "the gradients into buckets (up to 25 MB) and starts the first bucket's all-reduce while "
-    "backward still runs; the suite's sync_sgd averages all gradients in one collective after "
-    "backward (its documented deviation). That overlap is the 1-4% by which DDP leads on that row "
-    "(per-launch ratios 1.01-1.07 over this project's runs; at width 8 the gradients are one "
-    "bucket and the two are even). Closing it means launching bucketed non-blocking averages "
-    "from gradient-ready hooks during backward, which the virtual clock would also have to "
-    "model (a collective launched before the step's compute is accounted): not done yet."
+    "the gradients into buckets (1 MB first, then up to 25 MB) and starts each bucket's "
+    "all-reduce while backward still runs; the suite's sync_sgd does the same since issue 15 "
+    "(`algorithm.bucket_mb`, default 25: gradient-ready hooks launch each complete bucket's "
+    "non-blocking average, `before_step` waits for them), which is what this row compares "
+    "(target <= 1.00: at DDP's speed). Before, sync_sgd averaged all gradients in one "
+    "collective after backward and trailed DDP by 1-7% per launch on this row. At width 8 the "
+    "gradients are one bucket (0.7 MB) for both."
 )
 
 
@@ -253,8 +364,8 @@ def _measure_steps(s: Settings, width: int) -> dict:
         model, block, blocks, workers = {"name": "tiny_cnn", "width": 8}, 2, 2, 2
     elif width == 8:
         model, block, blocks, workers = {"name": "resnet18", "width": 8}, 5, 30, 2
-    else:
-        model, block, blocks, workers = {"name": "resnet18", "width": width}, 3, 10, 2
+    else:  # 3 launches of 16 blocks: the interval of the <= 1.00 row within a few percent
+        model, block, blocks, workers = {"name": "resnet18", "width": width}, 3, 16, 2
     spec = {
         "model": model,
         "channels": 1 if width == 8 else 3,
@@ -262,9 +373,9 @@ def _measure_steps(s: Settings, width: int) -> dict:
         "batch_size": 32,
         "block": block,
         "blocks": blocks,
-        "sides": list(steps.SIDES) if width == 8 else ["ddp", "sync_real"],
+        "sides": list(steps.SIDES) if width == 8 else ["ddp", "sync_real", "sync_flat"],
     }
-    launches = 1 if s.quick else 2
+    launches = 1 if s.quick else (2 if width == 8 else 3)
     times: dict[str, list[float]] = {}
     per_launch = []
     for _ in range(launches):
@@ -275,13 +386,16 @@ def _measure_steps(s: Settings, width: int) -> dict:
     return {"times": times, "workers": workers, "model": model, "per_launch": per_launch}
 
 
-def _step_row(sec: Section, name: str, level: dict, a: str, b: str) -> None:
+def _step_row(
+    sec: Section, name: str, level: dict, a: str, b: str, target: str = "<= 1.02"
+) -> None:
     """A row and figure of the step-level harness: side a / side b, 10th percentiles of the
     step times (medians for context), per launch; figure = geometric mean of the launches'
     ratios (each is side by side; two launches run at different absolute speeds)."""
     ta, tb = level["times"][a], level["times"][b]
     q = h.low_quantile
     ratio = h.geomean(q(t[a]) / q(t[b]) for t in level["per_launch"])
+    interval = _step_interval(level["per_launch"], a, b)
     model = level["model"]
     workload = f"{model['name']} width {model['width']}, {level['workers']} workers, batch 32"
     sec.rows.append(
@@ -291,12 +405,16 @@ def _step_row(sec: Section, name: str, level: dict, a: str, b: str) -> None:
             f"{_ms(q(ta))} (median {_ms(h.median(ta))})",
             f"{_ms(q(tb))} (median {_ms(h.median(tb))})",
             _fmt_ratio(ratio),
+            f"[{interval[0]:.4g}, {interval[1]:.4g}]",
             ", ".join(_fmt_ratio(q(t[a]) / q(t[b])) for t in level["per_launch"])
             + f" ({len(ta)} steps each)",
-            "<= 1.02",
+            target,
         ]
     )
-    sec.figures.append(Figure(name + ", time per step", ratio, "<= 1.02", 1.02))
+    limit = float(target.split()[-1]) if target else None
+    figure = Figure(f"{name} ({workload}), time per step", ratio, target, limit, interval=interval)
+    figure.reps = len(ta)
+    sec.figures.append(figure)
 
 
 def _baseline_epochs(mode: str, overrides: list[str], device: str) -> list[float]:
@@ -309,10 +427,16 @@ def _pair(sec: Section, name: str, overrides, xy, target: str, limit: float) -> 
     xs, ys = xy
     a, b = h.median(x for rep in xs for x in rep), h.median(y for rep in ys for y in rep)
     ratio = a / b
-    per_rep = ", ".join(_fmt_ratio(h.median(x) / h.median(y)) for x, y in zip(xs, ys, strict=True))
+    pairs = list(zip(xs, ys, strict=True))
+    interval = h.bootstrap_interval(pairs, _pooled_ratio)
+    per_rep = ", ".join(_fmt_ratio(h.median(x) / h.median(y)) for x, y in pairs)
     workload = " ".join(o for o in overrides if not o.startswith(("cluster", "threads", "eval")))
-    sec.rows.append([name, workload, _ms(a), _ms(b), _fmt_ratio(ratio), per_rep, target])
-    sec.figures.append(Figure(name + ", time per step", ratio, target, limit))
+    figure = Figure(name + ", time per step", ratio, target, limit, interval=interval)
+    figure.reps = len(pairs)
+    sec.rows.append(
+        [name, workload, _ms(a), _ms(b), _fmt_ratio(ratio), figure.interval_text, per_rep, target]
+    )
+    sec.figures.append(figure)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -331,13 +455,16 @@ def overlap(s: Settings, ctx: Context) -> Section:
         "times shorter): on 2 shared cores a measured step changes with the load and with "
         "whether the other workers are computing or waiting, so a T sized to it would not be "
         "one step. 2 workers, one core each. Figure: time per step emulated / ideal "
-        "(`time/train_s` / `steps`). The communication-to-computation ratio is "
+        "(`time/train_s` / `steps`), medians over seeds 0, 1, 2 (one emulated and one ideal "
+        "run each: the interval is over the seeds' pairs). The communication-to-computation "
+        "ratio is "
         "`time/comm_exposed_s` / `time/compute_s` of the emulated run.",
         [
             "algorithm",
             "ideal ms/step",
             "emulated ms/step",
             "ratio",
+            "95% interval",
             "T / compute step",
             "comm/comp (emulated)",
             "paper comm/comp",
@@ -352,9 +479,11 @@ def overlap(s: Settings, ctx: Context) -> Section:
     # ring all-reduce, latency 0: T = 2 (m - 1) / m * n / B  ->  B for T = one compute step
     bandwidth_gbps = 2 * (workers - 1) / workers * nbytes * 8 / (step_s * 1e9)
     algos = ["overlap_local_sgd"] if s.quick else ["sync_sgd", "local_sgd", *OVERLAP_METHODS]
+    seeds = 1 if s.quick else OVERLAP_SEEDS
     runs = h.suite(
         [
             *common,
+            f"seed={','.join(str(i) for i in range(seeds))}",
             "tau=2",
             "emulate_compute=true",
             f"compute.step_time_s={step_s}",
@@ -366,9 +495,21 @@ def overlap(s: Settings, ctx: Context) -> Section:
         multirun=True,
     )
     for name in algos:
-        (ideal,) = h.pick(runs, algorithm__name=name, emulate_network=False)
-        (emul,) = h.pick(runs, algorithm__name=name, emulate_network=True)
-        ratio = emul.step_s / ideal.step_s
+        pairs = [
+            (
+                h.pick(runs, algorithm__name=name, emulate_network=True, seed=seed)[0].step_s,
+                h.pick(runs, algorithm__name=name, emulate_network=False, seed=seed)[0].step_s,
+            )
+            for seed in range(seeds)
+        ]
+        (ideal,) = h.pick(runs, algorithm__name=name, emulate_network=False, seed=0)
+        (emul,) = h.pick(runs, algorithm__name=name, emulate_network=True, seed=0)
+
+        def seed_ratio(ps: list) -> float:
+            return h.median(e for e, _ in ps) / h.median(i for _, i in ps)
+
+        ratio = seed_ratio(pairs)
+        interval = h.bootstrap_interval(pairs, seed_ratio) if seeds > 1 else None
         comm_comp = emul.summary["comm/ratio"]
         t_over_step = step_s / (ideal.summary["time/compute_s"] / ideal.steps)
         if name in OVERLAP_METHODS:
@@ -384,15 +525,16 @@ def overlap(s: Settings, ctx: Context) -> Section:
                 _ms(ideal.step_s),
                 _ms(emul.step_s),
                 _fmt_ratio(ratio),
+                f"[{interval[0]:.4g}, {interval[1]:.4g}] (n={seeds})" if interval else "",
                 f"{t_over_step:.2f}",
                 f"{comm_comp:.1%}",
                 f"{paper[name]:.1%}" if name in paper else "",
                 target,
             ]
         )
-        sec.figures.append(
-            Figure(f"{name} tau=2, emulated / ideal step time", ratio, target, limit)
-        )
+        figure = Figure(f"{name} tau=2, emulated / ideal step time", ratio, target, limit)
+        figure.interval, figure.reps = interval, seeds
+        sec.figures.append(figure)
         if name in paper:
             sec.figures.append(
                 Figure(f"{name} comm/comp ratio, emulated (paper {paper[name]:.1%})", comm_comp)
@@ -713,6 +855,10 @@ def clock(s: Settings, ctx: Context) -> Section:
     a, b = h.median(x for rep in virtual for x in rep), h.median(x for rep in real for x in rep)
     per_seed = [h.median(v) / h.median(r) for v, r in zip(virtual, real, strict=True)]
     ratio = h.geomean(per_seed)
+    seed_pairs = list(zip(virtual, real, strict=True))
+    interval = h.bootstrap_interval(
+        seed_pairs, lambda ps: h.geomean(h.median(v) / h.median(r) for v, r in ps)
+    )
     sec.rows.append(["real", _ms(b), ", ".join(_ms(h.median(x)) for x in real), "", ""])
     sec.rows.append(
         [
@@ -724,7 +870,14 @@ def clock(s: Settings, ctx: Context) -> Section:
         ]
     )
     sec.figures.append(
-        Figure("timing=virtual / timing=real, wall time per step", ratio, "<= 1.02", 1.02)
+        Figure(
+            "timing=virtual / timing=real, wall time per step",
+            ratio,
+            "<= 1.02",
+            1.02,
+            interval=interval if len(seed_pairs) > 1 else None,
+            reps=len(seed_pairs),
+        )
     )
     if s.device == "cpu":
         w8 = _step_level(s, ctx, 8)
@@ -744,7 +897,14 @@ def clock(s: Settings, ctx: Context) -> Section:
             ]
         )
         sec.figures.append(
-            Figure("step level: SyncSGD on the virtual / real clock", ratio, "<= 1.02", 1.02)
+            Figure(
+                "step level: SyncSGD on the virtual / real clock",
+                ratio,
+                "<= 1.02",
+                1.02,
+                interval=_step_interval(w8["per_launch"], "sync_virtual", "sync_real"),
+                reps=len(ta),
+            )
         )
         sec.notes.append(
             "Step level (`benchmarks/steps.py`, same gloo processes, alternating blocks of "

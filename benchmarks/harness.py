@@ -4,8 +4,10 @@ medians of interleaved repetitions, and the description of the machine.
 
 Timing rule of the whole package: a figure is a ratio of two numbers measured in the same
 `python -m benchmarks` invocation, with the repetitions of A and B interleaved (A B A B ...),
-and the ratio is taken between medians. Absolute seconds are printed for context only: the
-machine may be shared.
+and the ratio is taken between medians. Every ratio comes with its 95% bootstrap interval over
+the units its noise comes in (`bootstrap_interval`: interleaved repetitions, launches, epochs),
+and a target is "met" only when the whole interval meets it ("within noise" when the interval
+straddles it). Absolute seconds are printed for context only: the machine may be shared.
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -259,6 +261,62 @@ def low_quantile(values: Iterable[float], q: float = 0.1) -> float:
     percentiles stayed within 2% (measured on this project's 2-core machines)."""
     ordered = sorted(values)
     return ordered[int(q * (len(ordered) - 1))]
+
+
+#: The confidence of every interval (two-sided) and the bootstrap's resamples.
+CONFIDENCE = 0.95
+BOOTSTRAP = 2000
+
+
+def bootstrap_interval(
+    groups: Sequence[Sequence],
+    figure: Callable[[list], float],
+    *,
+    resamples: int = BOOTSTRAP,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """The 95% percentile-bootstrap interval of `figure(groups)`: `groups` are the units the
+    noise comes in (an interleaved repetition's pair of measurements, a launch, one side's
+    list of samples), resampled with replacement, `figure` recomputed on each resample. Why by
+    hand: scipy's `bootstrap` would do it, but scipy is not a dependency of the suite, and the
+    figures here are computed from nested groups (pairs of lists), not from flat samples."""
+    import random
+
+    rng = random.Random(seed)
+    n = len(groups)
+    if n < 2:
+        value = figure(list(groups))
+        return value, value
+    values = sorted(figure([groups[rng.randrange(n)] for _ in range(n)]) for _ in range(resamples))
+    tail = (1 - CONFIDENCE) / 2
+    return values[int(tail * (resamples - 1))], values[int((1 - tail) * (resamples - 1))]
+
+
+def two_sample_interval(
+    xs: Sequence[float],
+    ys: Sequence[float],
+    stat: Callable[[list], float] = statistics.mean,
+    *,
+    resamples: int = BOOTSTRAP,
+    seed: int = 0,
+) -> tuple[float, float]:
+    """The 95% bootstrap interval of stat(xs) / stat(ys), each side resampled on its own (two
+    runs' per-epoch or per-step times: no pairing between them)."""
+    import random
+
+    rng = random.Random(seed)
+    values = sorted(
+        stat(rng.choices(xs, k=len(xs))) / stat(rng.choices(ys, k=len(ys)))
+        for _ in range(resamples)
+    )
+    tail = (1 - CONFIDENCE) / 2
+    return values[int(tail * (resamples - 1))], values[int((1 - tail) * (resamples - 1))]
+
+
+def half_width(interval: tuple[float, float], value: float) -> float:
+    """The interval's larger distance from `value`, relative to it (0.02 = +-2%)."""
+    low, high = interval
+    return max(value - low, high - value) / value if value else math.inf
 
 
 def machine() -> dict[str, str]:

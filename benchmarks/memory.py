@@ -157,12 +157,15 @@ def _worker(rank: int, m: int, specs: list[dict], out_dir: str, port: int, fresh
     os.environ["MASTER_ADDR"], os.environ["MASTER_PORT"] = "127.0.0.1", str(port)
     torch.set_num_threads(1)
     cuda = specs[0]["device"] == "cuda"
-    dist.init_process_group(
-        "nccl" if cuda else "gloo", rank=rank, world_size=m, timeout=timedelta(seconds=120)
-    )
-    device = torch.device("cuda", rank) if cuda else torch.device("cpu")
-    if cuda:
+    backend, device = "gloo", torch.device("cpu")
+    if cuda:  # the suite's placement: a GPU each with NCCL, else gloo with GPUs shared
+        from experiments.workers.dist import place
+
+        share = -(-m // max(1, torch.cuda.device_count()))
+        placement = place("auto", rank, m, device="cuda", workers_per_gpu=share, bound=False)
+        backend, device = placement.backend, placement.torch_device()
         torch.cuda.set_device(device)
+    dist.init_process_group(backend, rank=rank, world_size=m, timeout=timedelta(seconds=120))
     try:
         results = []
         for spec in specs:

@@ -15,6 +15,13 @@ communication. Every figure is a **ratio of two measurements made side by side i
 `python -m benchmarks` invocation** (repetitions of A and B interleaved, ratio of medians), so a
 busy machine slows both sides alike; absolute milliseconds are printed for context only.
 
+Every timed ratio comes with its **95% bootstrap interval** over the units its noise comes in
+(interleaved repetitions, launches of the step-level harness, epochs), and a target is **met**
+only when the whole interval meets it, **MISSED** when none of it does, and **within noise**
+when the interval straddles the target. The headline rows (sync_sgd / DDP, the loop's overhead,
+overlap) repeat until their interval is within +-2% (or a cap of repetitions: then the interval
+says how far they got).
+
 How each figure is measured (details in each section and in `benchmarks/`):
 
 1. **Overhead against plain PyTorch.** Time per training step of `run.py` (`time/train_s` /
@@ -60,13 +67,18 @@ def markdown(
         )
     out.append("")
     out.append("## Summary: every figure with a target\n")
-    out.append("| figure | measured | target | verdict |\n|---|---|---|---|")
+    out.append(
+        "| figure | measured | 95% interval (repetitions) | target | verdict |\n"
+        "|---|---|---|---|---|"
+    )
     for sec in sections:
         for f in sec.figures:
             if f.target:
-                out.append(f"| {f.name} | {f.value:.4g} | {f.target} | {f.verdict} |")
+                out.append(
+                    f"| {f.name} | {f.value:.4g} | {f.interval_text} | {f.target} | {f.verdict} |"
+                )
     for key, err in errors.items():
-        out.append(f"| {key}: failed | - | - | ERROR: {err.splitlines()[0][:160]} |")
+        out.append(f"| {key}: failed | - | - | - | ERROR: {err.splitlines()[0][:160]} |")
     out.append("")
     for sec in sections:
         out.append(f"## {sec.title}\n")
@@ -110,6 +122,8 @@ def as_json(
                         "value": f.value,
                         "target": f.target,
                         "verdict": f.verdict,
+                        "interval": list(f.interval) if f.interval is not None else None,
+                        "reps": f.reps,
                     }
                     for f in sec.figures
                 ],

@@ -7,7 +7,10 @@ side's figure is its median step. Sides (one step = forward, backward, the side'
 communication, SGD step, `loss.item()`):
 
 - `ddp`: `DistributedDataParallel(model)` (BatchNorm buffers local);
-- `sync_real`: the suite's `SyncSGD` hooks on a `Comm` with the real clock (no emulation);
+- `sync_real`: the suite's `SyncSGD` hooks on a `Comm` with the real clock (no emulation):
+  gradient buckets averaged during backward (`algorithm.bucket_mb`, default 25);
+- `sync_flat`: the same with `bucket_mb=0`: one average of all gradients after backward (the
+  suite before issue 15, and the reference implementations);
 - `sync_virtual`: the same with the virtual clock (network ideal, measured step time);
 - `plain`: no communication at all (the compute floor).
 
@@ -30,7 +33,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-SIDES = ("plain", "ddp", "sync_real", "sync_virtual")
+SIDES = ("plain", "ddp", "sync_real", "sync_virtual")  # at width 8; + sync_flat at 64
 
 
 def _worker(rank: int, m: int, spec: dict, out_dir: str, port: int) -> None:
@@ -72,7 +75,8 @@ def _worker(rank: int, m: int, spec: dict, out_dir: str, port: int) -> None:
             elif name.startswith("sync_"):
                 timing = "virtual" if name == "sync_virtual" else "real"
                 comm = Comm(clock=make_clock({**clock_cfg, "timing": timing}, rank, m))
-                algo = algorithms.build("sync_sgd", {}, model, opt, comm, tau=1)
+                options = {"bucket_mb": 0.0} if name == "sync_flat" else {}
+                algo = algorithms.build("sync_sgd", options, model, opt, comm, tau=1)
                 sides[name] = (model, opt, algo)
             else:
                 sides[name] = (model, opt, None)

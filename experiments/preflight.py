@@ -265,26 +265,34 @@ def check_launcher(cfg: dict[str, Any], launcher: Launcher) -> None:
 
 def visible_gpus() -> int:
     """How many CUDA devices this process can use (0 without CUDA)."""
-    import torch
+    from experiments.workers.dist import visible_gpus as count
 
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    return count()
 
 
 def check_devices(cfg: dict[str, Any], launcher: Launcher | None) -> None:
-    """The devices the config asks for must be on this machine: `cluster.backend=nccl` needs a
-    GPU per worker on the node (experiments/workers/dist.py, gpu_index); under SLURM, a job that
-    asked
-    for `cluster.gpus_per_node` GPUs must see some."""
-    from experiments.workers.dist import gpu_index
+    """The placement the config asks for must work on this machine (experiments/workers/dist.py,
+    `place`: `cluster.backend`, `cluster.device`, `cluster.workers_per_gpu` against the visible
+    GPUs and the workers on this node), checked for every local worker before any starts;
+    under SLURM, a job that asked for `cluster.gpus_per_node` GPUs must see some. The
+    in-process workers (`cluster=sim`) place themselves (experiments/workers/sim.py)."""
+    from experiments.workers.dist import place
 
     cluster = cfg["cluster"]
+    if cluster.get("in_process"):
+        return
     local = cfg["workers"] if launcher is None else (launcher.local_world_size or 1)
-    gpus = visible_gpus()
-    if cluster["backend"] == "nccl" and gpu_index(0, local) is None:
-        raise UserError(
-            f"cluster.backend=nccl needs a GPU per worker: {gpus} visible for {local} workers "
-            "on this machine; use cluster.backend=gloo (or auto: nccl when the GPUs are there)"
+    bound = launcher is not None and launcher.name == "srun"
+    for local_rank in range(local):
+        place(
+            cluster["backend"],
+            local_rank,
+            local,
+            device=str(cluster.get("device") or "auto"),
+            workers_per_gpu=cluster.get("workers_per_gpu", 1),
+            bound=bound,
         )
+    gpus = visible_gpus()
     wanted = cluster.get("gpus_per_node")
     # Each task may see only its own GPU (SLURM's per-task binding, experiments/workers/dist.py): a
     # task that sees none while the job asked for GPUs is the mismatch.

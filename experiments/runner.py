@@ -603,7 +603,7 @@ def worker_main(
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else SIG_DFL)
     d.unblock_stop_signals()  # a stop that came while this worker started up: now
     backend = d.choose_backend(
-        cfg["cluster"]["backend"], worker.local_rank, worker.local_world_size
+        cfg["cluster"]["backend"], worker.local_rank, worker.local_world_size, cfg["cluster"]
     )
     threads = cfg.get("threads_per_worker") or max(
         1, (os.cpu_count() or 1) // worker.local_world_size
@@ -673,7 +673,7 @@ def train_worker(
 
     rank, m, seed = worker.rank, worker.world_size, cfg["seed"]
     if device is None:
-        device = d.device_for(backend, worker.local_rank, worker.local_world_size)
+        device = d.device_for(backend, worker.local_rank, worker.local_world_size, cfg["cluster"])
     dtype = DTYPES[cfg.get("dtype", "float32")]
     compression = (cfg.get("comm") or {}).get("compression", "none")  # issue 17
     comm = Comm(group=group, clock=make_clock(cfg, rank, m), compression=compression)

@@ -12,16 +12,15 @@ import pytest
 from benchmarks.families import FAMILIES
 from tests.cli import module
 
-pytestmark = pytest.mark.e2e
 
-
+@pytest.mark.e2e
 def test_quick_benchmarks_write_every_figure(tmp_path):
     out = tmp_path / "RESULTS.md"
     proc = module("benchmarks", "--quick", "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     text = out.read_text()
-    assert "| figure | measured | target | verdict |" in text
+    assert "| figure | measured | 95% interval (repetitions) | target | verdict |" in text
     assert "GPU figures" in text and "pending" in text
     results = json.loads(out.with_suffix(".json").read_text())
     assert results["errors"] == {}
@@ -37,3 +36,95 @@ def test_quick_benchmarks_write_every_figure(tmp_path):
                 figure,
             )
     assert results["meta"]["command"].startswith("python -m benchmarks --quick")
+
+
+# --- figures with their noise (issue 15 item 6): unit tests of the interval and the verdicts --
+
+
+def test_verdicts_read_the_whole_interval():
+    from benchmarks.families import Figure
+
+    def verdict(value, interval, at_least=False):
+        return Figure("x", value, "t", 1.02, at_least=at_least, interval=interval).verdict
+
+    assert verdict(1.00, (0.99, 1.01)) == "met"  # the whole interval under the limit
+    assert verdict(1.00, (0.98, 1.03)) == "within noise"  # it straddles the limit
+    assert verdict(1.05, (1.03, 1.07)) == "MISSED"  # all of it above
+    assert verdict(1.00, None) == "met"  # no repetitions: the value decides
+    assert verdict(1.03, (1.01, 1.05), at_least=True) == "within noise"
+    assert verdict(1.05, (1.03, 1.07), at_least=True) == "met"
+    assert verdict(0.9, (0.8, 1.0), at_least=True) == "MISSED"
+    assert Figure("x", 1.0, "= 1", 1.0, exact=True, interval=(0.5, 2)).verdict == "met"
+    assert Figure("x", 1.0).verdict == "-"
+
+
+def test_bootstrap_interval_covers_the_figure_and_narrows_with_repetitions():
+    import random
+
+    from benchmarks import harness as h
+    from benchmarks.families import _pooled_ratio
+
+    rng = random.Random(1)
+
+    def reps(n):  # per-epoch times of A (3% slower) and B: 3% noise per rep, 5% per epoch
+        out = []
+        for _ in range(n):
+            drift = rng.gauss(1, 0.03)
+            a = [drift * 1.03 * rng.gauss(1, 0.05) for _ in range(10)]
+            out.append((a, [rng.gauss(1, 0.05) for _ in range(10)]))
+        return out
+
+    few, many = reps(5), reps(60)
+    for pairs in (few, many):
+        low, high = h.bootstrap_interval(pairs, _pooled_ratio)
+        assert low <= _pooled_ratio(pairs) <= high
+    width = lambda p: h.half_width(h.bootstrap_interval(p, _pooled_ratio), _pooled_ratio(p))  # noqa: E731
+    assert width(many) < width(few)
+    assert 1.0 < h.bootstrap_interval(many, _pooled_ratio)[0]  # 60 reps see the 3%
+    assert h.bootstrap_interval(many, _pooled_ratio) == h.bootstrap_interval(many, _pooled_ratio)
+    low, high = h.two_sample_interval([2.0, 2.1, 1.9] * 5, [1.0, 1.05, 0.95] * 5)
+    assert low < 2.0 < high
+
+
+def test_headline_pairs_repeat_until_the_interval_is_within_2_percent():
+    from benchmarks.families import HALF_WIDTH, _interleaved, _pair_spread
+
+    calls = {"n": 0}
+    spreads = iter([0.05, 0.03, 0.01, 0.0])
+
+    def side():
+        calls["n"] += 1
+        return [1.0]
+
+    xs, ys = _interleaved(side, side, 2, max_reps=10, spread=lambda a, b: next(spreads))
+    assert len(xs) == len(ys) == 4 and 0.01 <= HALF_WIDTH  # 2 + 2 more until <= 2%
+    xs, _ = _interleaved(side, side, 2, max_reps=3, spread=lambda a, b: 1.0)
+    assert len(xs) == 3  # the cap
+    xs, _ = _interleaved(side, side, 5)
+    assert len(xs) == 5  # no spread: fixed repetitions
+    same = [[1.0, 1.0]] * 4
+    assert _pair_spread(same, same) == 0.0
+
+
+def test_step_level_rows_carry_their_interval_and_a_verdict_read_from_it():
+    import random
+
+    from benchmarks.families import Section, _step_row
+
+    rng = random.Random(0)
+    launch = lambda k: {  # noqa: E731
+        "a": [k * rng.uniform(1.0, 1.1) for _ in range(200)],
+        "b": [rng.uniform(1.0, 1.1) for _ in range(200)],
+    }
+    level = {
+        "per_launch": [launch(0.9), launch(0.9)],
+        "model": {"name": "resnet18", "width": 64},
+        "workers": 2,
+    }
+    level["times"] = {k: level["per_launch"][0][k] + level["per_launch"][1][k] for k in "ab"}
+    sec = Section("s", "t", "about", [])
+    _step_row(sec, "a / b", level, "a", "b", target="<= 1.00")
+    (figure,) = sec.figures
+    assert figure.interval is not None and figure.interval[1] < 1.0
+    assert figure.value == pytest.approx(0.9, abs=0.02) and figure.verdict == "met"
+    assert not figure.exact

@@ -11,22 +11,110 @@ from experiments.workers import dist as d
 
 
 @pytest.mark.parametrize(
-    ("visible", "local_rank", "local_world", "expected"),
+    ("visible", "local_rank", "local_world", "bound", "expected"),
     [
-        (4, 3, 4, 3),  # every GPU of the node visible: GPU = local rank
-        (8, 3, 4, 3),
-        (1, 3, 4, 0),  # SLURM bound one GPU to this task: it is GPU 0, not 3
-        (2, 3, 4, None),  # fewer GPUs than workers: no GPU per worker
-        (0, 0, 1, None),
+        (4, 3, 4, False, 3),  # every GPU of the node visible: GPU = local rank
+        (8, 3, 4, False, 3),
+        (1, 3, 4, True, 0),  # srun bound one GPU to this task: it is GPU 0, not 3
+        (0, 0, 1, False, None),  # no GPU: the CPU
     ],
 )
-def test_gpu_index(monkeypatch, visible, local_rank, local_world, expected):
-    monkeypatch.setattr(torch.cuda, "is_available", lambda: visible > 0)
-    monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
+def test_gpu_index(monkeypatch, visible, local_rank, local_world, bound, expected):
+    fake_gpus(monkeypatch, visible)
+    monkeypatch.setattr(d, "bound_by_srun", lambda env=None: bound)
     assert d.gpu_index(local_rank, local_world) == expected
     backend = d.choose_backend("auto", local_rank, local_world)
     assert backend == ("gloo" if expected is None else "nccl")
     assert d.choose_backend("gloo", local_rank, local_world) == "gloo"
+    assert d.device_for("gloo", local_rank, local_world) == torch.device("cpu")
+
+
+def fake_gpus(monkeypatch, visible: int) -> None:
+    """This process sees `visible` CUDA devices (none exists: torch.cuda is faked)."""
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: visible > 0)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: visible)
+
+
+# --- placement (issue 15 item 4): never a surprise, errors before any worker starts ----------
+
+
+@pytest.mark.parametrize(
+    ("visible", "workers", "keys", "expected"),
+    [
+        # one GPU per worker with NCCL by default
+        (4, 4, {}, [("nccl", 0), ("nccl", 1), ("nccl", 2), ("nccl", 3)]),
+        # k workers per GPU, asked for: gloo on CUDA tensors, GPU = rank // k
+        (2, 4, {"workers_per_gpu": 2}, [("gloo", 0), ("gloo", 0), ("gloo", 1), ("gloo", 1)]),
+        (1, 2, {"workers_per_gpu": 2}, [("gloo", 0), ("gloo", 0)]),
+        (1, 2, {"workers_per_gpu": 2, "backend": "gloo"}, [("gloo", 0), ("gloo", 0)]),
+        # gloo by name, one per GPU: the CPU (the benchmarks' CPU figures on a GPU machine)
+        (4, 4, {"backend": "gloo"}, [("gloo", None)] * 4),
+        (2, 2, {"backend": "gloo", "device": "cuda"}, [("gloo", 0), ("gloo", 1)]),
+        # no GPU: the CPU, unless a GPU was asked for
+        (0, 4, {}, [("gloo", None)] * 4),
+        (8, 2, {"device": "cpu"}, [("gloo", None)] * 2),
+    ],
+)
+def test_placement(monkeypatch, visible, workers, keys, expected):
+    fake_gpus(monkeypatch, visible)
+    backend = keys.pop("backend", "auto")
+    got = []
+    for r in range(workers):
+        p = d.place(backend, r, workers, bound=False, **keys)
+        got.append((p.backend, p.gpu))
+        assert p.device == ("cpu" if p.gpu is None else "cuda")
+    assert got == expected
+
+
+@pytest.mark.parametrize(
+    ("visible", "workers", "cluster", "message"),
+    [
+        # finding 5: one visible GPU and 4 workers was 4 NCCL ranks on cuda:0
+        (1, 4, {}, "4 workers on this node need 4 GPUs at 1 per GPU, 1 visible: set "
+         "cluster.workers_per_gpu=4"),
+        # ... and 2 GPUs with 4 workers trained silently on the CPU
+        (2, 4, {}, "need 4 GPUs at 1 per GPU, 2 visible: set cluster.workers_per_gpu=2"),
+        (2, 4, {"backend": "nccl"}, "need 4 GPUs"),
+        (2, 6, {"workers_per_gpu": 2}, "6 workers on this node need 3 GPUs at 2 per GPU"),
+        (0, 2, {"backend": "nccl"}, "cluster.backend=nccl but no GPU is visible"),
+        (0, 2, {"device": "cuda"}, "a GPU but no GPU is visible"),
+        (0, 2, {"workers_per_gpu": 2}, "cluster.workers_per_gpu=2 but no GPU is visible"),
+        (4, 4, {"backend": "nccl", "workers_per_gpu": 2}, "which NCCL refuses"),
+        (4, 2, {"backend": "nccl", "device": "cpu"}, "nccl needs GPUs"),
+        (4, 2, {"device": "tpu"}, "cluster.device must be one of auto, cpu, cuda"),
+        (4, 2, {"workers_per_gpu": 0}, "workers_per_gpu must be an integer >= 1"),
+    ],
+)  # fmt: skip
+def test_placement_mismatch_is_a_one_line_error_before_any_worker_starts(
+    monkeypatch, visible, workers, cluster, message
+):
+    """The pre-flight check (experiments/preflight.py) refuses the placement in one line
+    naming the fix, before a worker exists; the workers' own `place` raises the same."""
+    from experiments.errors import UserError
+    from experiments.preflight import check_devices
+
+    fake_gpus(monkeypatch, visible)
+    monkeypatch.setattr(d, "bound_by_srun", lambda env=None: False)
+    cfg = {"workers": workers, "cluster": {"backend": "auto", "device": "auto", **cluster}}
+    with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
+        check_devices(cfg, None)
+    assert "\n" not in str(e.value)
+    with pytest.raises(UserError):
+        d.device_for(cfg["cluster"]["backend"], 0, workers, cfg["cluster"])
+
+
+def test_run_py_refuses_a_placement_that_cannot_work_before_starting(monkeypatch, tmp_path):
+    """Through the whole pre-flight of a run (config -> checks): the one-line error, and no run
+    directory made."""
+    from experiments import preflight
+    from experiments.errors import UserError
+    from tests.test_config import composed
+
+    fake_gpus(monkeypatch, 1)
+    cfg = composed("scale=smoke", "dataset=synthetic", "workers=2", f"out_root={tmp_path}")
+    with pytest.raises(UserError, match="need 2 GPUs at 1 per GPU, 1 visible"):
+        preflight.check_job(cfg, None)
+    assert not (tmp_path / "runs").exists()
 
 
 def _srun_task_env(monkeypatch, ntasks: int, procid: int, localid: int, nodeid: int, **extra):

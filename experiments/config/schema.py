@@ -297,6 +297,12 @@ class Cluster:
     # The workers as threads of one process talking through an in-process reducer
     # (experiments/workers/sim.py; needs timing=virtual): cluster=sim, or one SLURM task per run.
     in_process: bool = False
+    # Where worker processes compute (experiments/workers/dist.py, place): auto = the GPUs when
+    # visible (one per worker), else the CPU; cpu; cuda (an error where there is none).
+    device: str = "auto"
+    # Workers sharing one GPU: 1 = one GPU per worker (NCCL); k > 1 = gloo on CUDA tensors,
+    # ceil(workers / k) GPUs per node. Fewer GPUs than that is an error, never the CPU.
+    workers_per_gpu: int = 1
 
 
 @dataclass

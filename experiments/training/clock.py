@@ -261,6 +261,10 @@ class VirtualClock:
     def __init__(self, rank: int, network: Network, compute: Compute):
         self.rank, self.network, self.compute = rank, network, compute
         self.t = 0.0
+        # (step, clock at its start, its modeled duration) of the last local step: where in
+        # the modeled timeline a collective launched during that step's backward pass starts
+        # (algorithms/sync_sgd.py)
+        self.last_step: tuple[int, float, float] | None = None
 
     def now(self) -> float:
         return self.t
@@ -268,6 +272,7 @@ class VirtualClock:
     def local_step(self, step: int, measured_s: float) -> float:
         """Advance by the modeled step `step`; returns its duration (time/compute_s)."""
         dt = self.compute.step_time(self.rank, step, measured_s)
+        self.last_step = (step, self.t, dt)
         self.t += dt
         return dt
 

@@ -144,6 +144,9 @@ def train(
     bn_batches = None  # evaluate.fixed_batches of this worker's shard, drawn when first needed
 
     def checkpoint(reason: str) -> None:
+        # device-timed waits not read yet (algorithms/comm.py) go into the saved ledger
+        _synchronize(device)
+        times.compute_s -= comm.settle()
         pos.loss_sum, pos.first_bad_step = losses.read()
         state = capture(algo, comm, times, pos, train_loader)
         ckpt.save(state, pos.step, pos.epoch, reason)
@@ -184,6 +187,8 @@ def train(
             loss = F.cross_entropy(model(x), y)
             optimizer.zero_grad(set_to_none=True)
             loss.backward()
+            if getattr(clock, "emulate_compute", False):
+                _synchronize(device)  # sleeps to the modeled step: the step's device time
             # The clock takes the step's compute here, before any collective of the hooks:
             # virtual: adds the modeled step time and algorithm work; real: sleeps to the
             # modeled step with emulate_compute (the algorithm's work is measured below).
@@ -242,6 +247,9 @@ def train(
         else:
             algo.drain()
         _synchronize(device)  # an accelerator's queued steps belong to this epoch's time
+        # the device-timed waits of the epoch (algorithms/comm.py): read now, after the sync;
+        # the exposed time they add comes off compute below, as a host-timed wait's does
+        comm.settle()
         t1 = time.perf_counter()
         times.eval_s += local_s
         if (

@@ -6,7 +6,11 @@ Three ways a run gets its m workers:
 - `srun` (SLURM, also through Hydra's submitit launcher): each task is one worker; rank and
   rendezvous come from submitit's `TorchDistributedEnvironment`, which reads SLURM's variables.
 
-Backend: NCCL with one GPU per worker when CUDA has a GPU for every local worker, else gloo.
+Placement (`place`): one GPU per worker with NCCL by default; several workers per GPU only when
+asked for (`cluster.workers_per_gpu`, gloo on CUDA tensors); the CPU with `cluster.device=cpu`,
+with gloo asked for by name, or on a machine without a GPU. A placement that cannot work (fewer
+GPUs than workers, a GPU asked for and absent) is a one-line error before any worker starts
+(experiments/preflight.py), never a silent fallback to the CPU.
 Teardown is a barrier then `destroy_process_group()`, so no rank tears down a group another rank
 is still using (ecosystem.md: aborts at teardown).
 """
@@ -83,39 +87,137 @@ def external_worker() -> Worker | None:
     return None
 
 
-def gpu_index(local_rank: int, local_world_size: int) -> int | None:
-    """This worker's GPU among the visible ones, or None when the workers cannot have one each.
+DEVICES = ("auto", "cpu", "cuda")
 
-    All the node's GPUs visible (one per local worker or more): GPU `local_rank`. One GPU
-    visible while several workers share the node: SLURM bound a GPU to each task
-    (`--gpus-per-task`, CUDA_VISIBLE_DEVICES set per task), so it is GPU 0; indexing it by
-    local rank would be an invalid device (ecosystem.md sec. 2).
+
+@dataclass(frozen=True)
+class Placement:
+    """Where one worker computes and how it talks: backend `nccl` or `gloo`, device `cpu` or
+    `cuda`, and its GPU among the visible ones (None on the CPU)."""
+
+    backend: str
+    device: str
+    gpu: int | None
+
+    def torch_device(self) -> torch.device:
+        return torch.device("cpu") if self.gpu is None else torch.device("cuda", self.gpu)
+
+
+def visible_gpus() -> int:
+    """How many CUDA devices this process can use (0 without CUDA)."""
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def bound_by_srun(env: dict[str, str] | None = None) -> bool:
+    """Whether this process is one task of a multi-task srun step: there one visible GPU is the
+    task's own (`--gpus-per-task`, SLURM sets CUDA_VISIBLE_DEVICES per task; ecosystem.md
+    sec. 2), not a GPU the node's workers share."""
+    env = os.environ if env is None else env
+    return "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1") or 1) > 1
+
+
+def place(
+    backend: str,
+    local_rank: int,
+    local_world_size: int,
+    *,
+    device: str = "auto",
+    workers_per_gpu: int = 1,
+    visible: int | None = None,
+    bound: bool | None = None,
+) -> Placement:
+    """The placement of worker `local_rank` of the `local_world_size` workers on this node
+    (`cluster.backend`, `cluster.device`, `cluster.workers_per_gpu`), or a UserError in one
+    line that says what to change. Never a silent fallback to the CPU.
+
+    - `device=cpu`: gloo on the CPU (nccl is refused).
+    - `device=cuda`: a GPU is required. `device=auto`: CUDA when a GPU is visible, unless the
+      backend is gloo with one worker per GPU (the CPU, as before: gloo asked for by name is
+      the CPU path; `cluster.device=cuda` puts gloo's tensors on the GPUs).
+    - On CUDA, `workers_per_gpu` (k) workers share each GPU: worker r takes GPU r // k, and the
+      node needs ceil(workers / k) visible GPUs; k = 1 (default) is one GPU per worker with
+      NCCL, k > 1 needs gloo (NCCL refuses two ranks on one device), which `backend=auto`
+      then picks. Under srun with one visible GPU the task's own GPU is GPU 0 (`bound`).
     """
-    count = torch.cuda.device_count() if torch.cuda.is_available() else 0
-    if count >= local_world_size:
-        return local_rank
-    if count == 1:
-        return 0
-    return None
+    if device not in DEVICES:
+        raise UserError(f"cluster.device must be one of {', '.join(DEVICES)}, got {device!r}")
+    if not (isinstance(workers_per_gpu, int) and workers_per_gpu >= 1):
+        raise UserError(f"cluster.workers_per_gpu must be an integer >= 1, got {workers_per_gpu!r}")
+    visible = visible_gpus() if visible is None else visible
+    bound = bound_by_srun() if bound is None else bound
+    k = workers_per_gpu
+    if device == "auto":
+        if backend == "gloo" and k == 1:
+            device = "cpu"
+        elif visible == 0 and backend != "nccl" and k == 1:
+            device = "cpu"
+        else:
+            device = "cuda"
+    if device == "cpu":
+        if backend == "nccl":
+            raise UserError("cluster.backend=nccl needs GPUs: use cluster.device=cuda or gloo")
+        return Placement("gloo", "cpu", None)
+    if visible == 0:
+        asked = "cluster.backend=nccl" if backend == "nccl" else "a GPU"
+        if k > 1:
+            asked = f"cluster.workers_per_gpu={k}"
+        raise UserError(
+            f"{asked} but no GPU is visible (CUDA_VISIBLE_DEVICES="
+            f"{os.environ.get('CUDA_VISIBLE_DEVICES', 'unset')}): run on a GPU machine or "
+            "use cluster.device=cpu"
+        )
+    if k > 1 and backend == "nccl":
+        raise UserError(
+            f"cluster.workers_per_gpu={k} puts {k} workers on one GPU, which NCCL refuses: use "
+            "cluster.backend=gloo (or auto)"
+        )
+    backend = backend if backend != "auto" else ("nccl" if k == 1 else "gloo")
+    if bound and visible == 1:
+        return Placement(backend, "cuda", 0)
+    need = -(-local_world_size // k)
+    if visible < need:
+        share = -(-local_world_size // visible)
+        raise UserError(
+            f"{local_world_size} workers on this node need {need} GPUs at "
+            f"{k} per GPU, {visible} visible: set cluster.workers_per_gpu={share} (gloo on "
+            "CUDA tensors), fewer workers, or cluster.device=cpu"
+        )
+    return Placement(backend, "cuda", local_rank // k)
 
 
-def choose_backend(requested: str, local_rank: int, local_world_size: int) -> str:
-    if requested != "auto":
-        return requested
-    return "nccl" if gpu_index(local_rank, local_world_size) is not None else "gloo"
+def _cluster_keys(cluster: dict | None) -> dict:
+    cluster = cluster or {}
+    return {
+        "device": str(cluster.get("device") or "auto"),
+        "workers_per_gpu": cluster.get("workers_per_gpu", 1),
+    }
 
 
-def device_for(backend: str, local_rank: int, local_world_size: int) -> torch.device:
-    if backend == "nccl":
-        index = gpu_index(local_rank, local_world_size)
-        if index is None:
-            raise RuntimeError(
-                f"backend nccl needs a GPU per worker: {torch.cuda.device_count()} visible "
-                f"for {local_world_size} workers on this node"
-            )
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
+def gpu_index(local_rank: int, local_world_size: int, cluster: dict | None = None) -> int | None:
+    """This worker's GPU among the visible ones (`place`), or None when it computes on the
+    CPU or cannot have one."""
+    try:
+        return place("auto", local_rank, local_world_size, **_cluster_keys(cluster)).gpu
+    except UserError:
+        return None
+
+
+def choose_backend(
+    requested: str, local_rank: int, local_world_size: int, cluster: dict | None = None
+) -> str:
+    """The backend of `place` for `cluster.backend=requested` (auto: nccl with one GPU per
+    worker, gloo otherwise); a placement that cannot work is a UserError."""
+    return place(requested, local_rank, local_world_size, **_cluster_keys(cluster)).backend
+
+
+def device_for(
+    backend: str, local_rank: int, local_world_size: int, cluster: dict | None = None
+) -> torch.device:
+    """This worker's device (`place`), made current when it is a GPU."""
+    placement = place(backend, local_rank, local_world_size, **_cluster_keys(cluster))
+    if placement.gpu is not None:
+        torch.cuda.set_device(placement.gpu)
+    return placement.torch_device()
 
 
 def init(worker: Worker, backend: str, timeout_s: float) -> dist.ProcessGroup | None:
