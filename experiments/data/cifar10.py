@@ -1,11 +1,11 @@
 """CIFAR-10 through torchvision, in its own python-pickle format (algorithms.md section 9).
 
 Training: RandomCrop(32, padding 4) + horizontal flip, then normalisation with the reference
-mean/std; test: normalisation only. The crop and flip are `experiments.data.datasets.CropFlip`, applied
-by the worker's `Augmented` shard with random numbers from its sampler's generator (not
-torchvision's transforms, which draw from torch's global generator). Kept apart from
-experiments/data/datasets.py because importing torchvision costs seconds in every worker process, and
-only this dataset needs it.
+mean/std; test: normalisation only. The crop and flip are
+`experiments.data.datasets.CropFlip`, applied by the worker's `Augmented` shard with random
+numbers from its sampler's generator (not torchvision's transforms, which draw from torch's
+global generator). Kept apart from experiments/data/datasets.py because importing torchvision
+costs seconds in every worker process, and only this dataset needs it.
 """
 
 import os

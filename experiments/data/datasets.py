@@ -273,8 +273,8 @@ class ResumableRandomSampler(RandomSampler):
     """torch's RandomSampler (the same order from the same generator state: what
     `DataLoader(shuffle=True, generator=g)` uses) whose next pass can skip its first `skip`
     indices: a run resumed mid-epoch restores the generator to the epoch's start and skips the
-    batches it had already taken (experiments/training/loop.py). torch's samplers have no such position
-    (torchdata's StatefulDataLoader has one, but is another dependency for one integer).
+    batches it had already taken (experiments/training/loop.py). torch's samplers have no such
+    position (torchdata's StatefulDataLoader has one, but is another dependency for one integer).
 
     On an `Augmented` dataset it yields keys (index, augmentation parameters), the parameters
     drawn from the same generator right after the epoch's permutation (module doc)."""
