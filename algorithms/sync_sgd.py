@@ -49,6 +49,10 @@ bucket k-1 completes (`Comm.mean_async(after=...)`). With one bucket (every mode
 less, e.g. the cpu scale) the time is exactly that of one average after backward. Real clock:
 measured (algorithms/comm.py); the time spent waiting in `before_step` is exposed, the part of
 a bucket's flight under backward is hidden.
+
+Deviations: none in the update rule. The bucketed average changes when communication happens
+(and so the exposed time), not what is computed; the papers' sync baseline averages after
+backward (`bucket_mb=0`, which conf/experiment/fig4.yaml uses).
 """
 
 from __future__ import annotations
