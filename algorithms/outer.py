@@ -32,6 +32,13 @@ pitfall 8). DiLoCo's outer step does not divide: its outer LR is absolute. Speci
 alpha = 1, beta = 0 is plain Local SGD (up to rounding); alpha = 1, beta = beta_g with the LR
 division is BMUF / the reference code's global momentum (`--gmf beta_g`) exactly.
 
+Where it applies: `local_sgd` (and its presets `bmuf`, `slowmo`, `diloco`) and Streaming
+DiLoCo, per fragment: the methods whose round ends in a plain model average. Not the others,
+whose round already ends in a rule of its own on that average: Overlap-Local-SGD's anchor has
+its momentum beta, CoCoD-SGD adds each worker's progress back onto a stale average, EASGD's
+centre moves elastically, OSP/LOSP's server step has `server_lr`; an outer step on top would
+be a second, different method.
+
 Deviations and interpretations:
 - [I] torch's SGD seeds its momentum buffer with the first gradient (u_1 = Delta_1), which is
   u_0 = 0 in SlowMo's and the reference code's form: the same numbers.
