@@ -86,11 +86,13 @@ def test_a_presets_extra_grids_run_with_it_and_one_config_runs_once(tmp_path):
                   "dist_timeout_s=30,31", f"out_root={tmp_path}")  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     names = sorted(p.name.rsplit("-", 1)[0] for p in runs(tmp_path))
+    # the main grid (sync_sgd from the command line) and both extra grids: PowerSGD's ranks and
+    # the paper's sync SGD averaging after backward (bucket_mb=0)
     assert names == ["powersgd-rank2-seed0", "powersgd-rank4-seed0", "powersgd-rank8-seed0",
-                     "sync_sgd-seed0"]  # fmt: skip
+                     "sync_sgd-bucket_mb0-seed0", "sync_sgd-seed0"]  # fmt: skip
     assert all(status(p) == "completed" for p in runs(tmp_path))
     # a key that is not part of a run's identity makes no new run: each run once
-    assert proc.stdout.count("the same run as") == 4
+    assert proc.stdout.count("the same run as") == 5
 
 
 def test_the_make_driver_runs_every_point_reports_what_finished_and_fails_at_the_end(tmp_path):
