@@ -26,9 +26,9 @@ import torch.nn.functional as F
 
 import algorithms
 from algorithms.comm import Comm
-from algorithms.group import ThreadGroup
 from experiments.training.models import TinyCNN
 from tests.steps import rank_batches
+from tests.workers import run_threads
 
 STEPS, TAU = 8, 2
 GRADIENT_METHODS = ("sync_sgd", "powersgd", "pseudo_sync")
@@ -86,24 +86,8 @@ def _train(name: str) -> dict:
     if _INITIAL is None:
         torch.manual_seed(0)
         _INITIAL = TinyCNN(in_channels=1, num_classes=4, width=4).state_dict()
-    groups = ThreadGroup.create(2, timeout_s=60)
     out: dict = {}
-    errors: list = []
-
-    def run(r):
-        try:
-            _worker(r, groups[r], name, out)
-        except BaseException as e:  # noqa: BLE001 - re-raised below
-            errors.append(e)
-            groups[r].abort(repr(e))
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(2)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
+    run_threads(2, lambda r, group: _worker(r, group, name, out))
     return out
 
 

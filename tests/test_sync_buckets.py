@@ -4,8 +4,6 @@ clock the modeled mid-backward launches of algorithms/sync_sgd.py."""
 
 from __future__ import annotations
 
-import threading
-
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,7 +15,7 @@ from algorithms.sync_sgd import MB, SyncSGD, plan_buckets
 from experiments.training.clock import Compute, Network, VirtualClock, ring_allreduce_time
 from experiments.training.models import TinyCNN
 from tests.steps import flat, hook_steps, rank_batches
-from tests.workers import run_workers
+from tests.workers import run_threads, run_workers
 
 
 def test_buckets_follow_ddps_assignment():
@@ -88,28 +86,6 @@ def test_bucketed_sync_equals_one_average_after_backward_bit_for_bit_on_gloo():
         assert n_buckets == 1 and launched == [t for t in range(6)]
 
 
-def _threads(m: int, fn, *args) -> list:
-    groups = ThreadGroup.create(m, timeout_s=60)
-    out: list = [None] * m
-    errors: list = []
-
-    def run(r):
-        try:
-            out[r] = fn(r, groups[r], *args)
-        except BaseException as e:  # noqa: BLE001 - re-raised below
-            errors.append(e)
-            groups[r].abort(repr(e))
-
-    threads = [threading.Thread(target=run, args=(r,)) for r in range(m)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    if errors:
-        raise errors[0]
-    return out
-
-
 def _initial(model: torch.nn.Module) -> torch.nn.Module:
     """The same initial weights in every worker thread (torch's global generator is shared by
     the threads: seeding it in each would race)."""
@@ -143,9 +119,9 @@ def test_bucketed_sync_in_threads_three_workers_bit_for_bit_and_launched_during_
     """3 in-process workers (sums in rank order whatever the buffer): every bucket size gives
     the unbucketed trajectory bit for bit, and with every parameter used, all buckets were
     launched while backward ran (before before_step)."""
-    reference = _threads(3, _sim_worker, 0.0)
+    reference = run_threads(3, _sim_worker, 0.0)
     for mb in (1e-4, 25.0):
-        out = _threads(3, _sim_worker, mb)
+        out = run_threads(3, _sim_worker, mb)
         for (params, launched, n_buckets), (ref, _, _) in zip(out, reference, strict=True):
             assert all(torch.equal(a, b) for a, b in zip(params, ref, strict=True))
             assert launched == [n_buckets * (t + 1) for t in range(5)]
@@ -182,7 +158,7 @@ def test_virtual_clock_models_buckets_launched_mid_backward():
     exactly one average after the step."""
     lat, bw = 0.05, 1e-5  # T of the whole gradient: a good part of a step
     net = Network(latency_s=lat, bandwidth_gbps=bw)
-    out = _threads(2, _virtual_worker, net, 1e-4)
+    out = run_threads(2, _virtual_worker, net, 1e-4)
     now, exposed, hidden, sizes = out[0]
     assert len(sizes) >= 3
     n, step_exposed, step_hidden = sum(sizes), 0.0, 0.0
@@ -203,7 +179,7 @@ def test_virtual_clock_models_buckets_launched_mid_backward():
     assert 0 < step_exposed < ring_allreduce_time(n, 2, lat, bw) * 0.9  # some was hidden
     assert out[1][:3] == out[0][:3]  # both workers computed the same times
 
-    one = _threads(2, _virtual_worker, net, 25.0)
+    one = run_threads(2, _virtual_worker, net, 25.0)
     now, exposed, hidden, sizes = one[0]
     assert len(sizes) == 1
     t = ring_allreduce_time(sizes[0], 2, lat, bw)

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import tempfile
+import threading
 from collections.abc import Callable
 from datetime import timedelta
 from pathlib import Path
@@ -16,6 +17,7 @@ import torch
 import torch.distributed as dist
 import torch.multiprocessing as mp
 
+from algorithms.group import ThreadGroup
 from experiments.workers.dist import exit_spawned_worker, free_port
 from experiments.workers.startup import context, defer_dynamo
 
@@ -56,3 +58,28 @@ def run_workers(fn: Callable, world_size: int, *args) -> list:
         return [
             torch.load(Path(out_dir) / f"{r}.pt", weights_only=False) for r in range(world_size)
         ]
+
+
+def run_threads(m: int, fn: Callable, *args) -> list:
+    """`fn(rank, group, *args)` for every rank in a thread of this process, the ranks talking
+    through an in-process `ThreadGroup` (cluster=sim's); returns the results by rank. A
+    failure aborts the group (the peers stop waiting) and is raised after every thread ended."""
+    groups = ThreadGroup.create(m, timeout_s=60)
+    out: list = [None] * m
+    errors: list = []
+
+    def run(r):
+        try:
+            out[r] = fn(r, groups[r], *args)
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+            groups[r].abort(repr(e))
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(m)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise errors[0]
+    return out
