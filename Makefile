@@ -58,7 +58,7 @@ $(STAMP): pyproject.toml
 install: $(STAMP) ## Create .venv and install the suite with its dev tools (done by the others when needed)
 
 test: $(STAMP) ## The whole test suite (unit, distributed, end-to-end): what CI runs
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=40
 
 test-fast: $(STAMP) ## Everything but the tests marked slow (the 50-run teardown loop)
 	$(PY) -m pytest -q -m "not slow"
