@@ -1233,8 +1233,8 @@ def workflows(s: Settings, ctx: Context) -> Section:
         "Wall-clock of the commands a user types, after set-up, into a temporary OUT and "
         "RESULTS: `make demo` (one real multi-process run, then the comparison with its workers "
         "in one process) and `make table1 SCALE=cpu CLUSTER=sim` (the 60 runs of Table 1 at the "
-        "cpu scale's `scale.table_workers`, then the report). In quick mode a reduced version of each (not a "
-        "measurement).",
+        "cpu scale's `scale.table_workers`, then the report). In quick mode a reduced version "
+        "of each (not a measurement).",
         ["command", "measured", "target"],
     )
     import shutil
