@@ -108,7 +108,7 @@ report: table1 table2 figures ## Every preset: tables, figures, LOSP, pseudo-syn
 	$(call SWEEP,pseudo_sync)
 	$(call SWEEP,low_comm)
 
-bench: $(STAMP) ## Performance benchmarks as ratios side by side (~10 min): benchmarks/RESULTS.md
+bench: $(STAMP) ## Performance benchmarks as ratios side by side (1-2 h on 2 cores): benchmarks/RESULTS.md
 	$(PY) -m benchmarks
 
 bench-quick: $(STAMP) ## The benchmarks' code path in a few steps (no figure is a measurement)

@@ -790,6 +790,10 @@ def memory(s: Settings, ctx: Context) -> Section:
 HELD_BY_DESIGN = {
     "sync_sgd": "0",
     "local_sgd": "0",
+    "bmuf": "2 (outer model z, block momentum)",
+    "slowmo": "2 (outer model z, slow momentum)",
+    "diloco": "2 (outer model z, outer Nesterov momentum)",
+    "streaming_diloco": "2-3 (outer model z, outer momentum; a fragment in flight)",
     "powersgd": "~1 (error memories of the matrices, Q)",
     "easgd": "1-2 (centre; next centre in flight)",
     "eamsgd": "1-2 (centre; next centre in flight)",
