@@ -20,7 +20,8 @@ and at the end `finish()`. Evaluation calls `eval_model()`.
   recomputes them on a fixed set of this worker's training batches first
   (experiments/training/evaluate.py).
 
-The local optimizer is a plain `torch.optim.SGD`, built by `local_optimizer()` from the config;
+The local optimizer is a plain `torch.optim.SGD` (its multi-tensor implementation, `FOREACH`),
+built by `local_optimizer()` from the config;
 an algorithm never re-implements it, but may change its settings there (EASGD runs plain SGD
 locally, PowerSGD exempts some BatchNorm parameters from weight decay). All communication goes
 through `self.comm` (algorithms/comm.py).
@@ -45,6 +46,14 @@ from typing import Any
 import torch
 
 from algorithms.comm import Comm, Pending
+
+# The local SGD's implementation: torch's multi-tensor ("foreach") one, which torch picks by
+# itself only for CUDA tensors. The same arithmetic in the same order (bit-identical to the
+# per-tensor loop on CPU, float32 and float64: tests/test_algorithms.py), in one call per
+# operation for all the parameters instead of one per parameter and operation: 0.86 against
+# 1.24 ms per step for ResNet-18 width 8 on one core, and far fewer GIL hand-offs between
+# `cluster=sim`'s worker threads (issue 16).
+FOREACH = True
 
 
 @dataclass
@@ -92,13 +101,14 @@ class Algorithm:
         nesterov: bool,
         weight_decay: float,
     ) -> torch.optim.SGD:
-        """The worker's local optimizer: plain torch SGD with the run's settings."""
+        """The worker's local optimizer: plain torch SGD with the run's settings (`FOREACH`)."""
         return torch.optim.SGD(
             model.parameters(),
             lr=lr,
             momentum=momentum,
             nesterov=nesterov,
             weight_decay=weight_decay,
+            foreach=FOREACH,
         )
 
     def round_ends(self, t: int) -> bool:

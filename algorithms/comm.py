@@ -62,6 +62,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
+from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
 
 from algorithms.group import Group, as_group
 
@@ -74,10 +75,17 @@ def flatten(tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None) ->
     dtypes = {t.dtype for t in tensors}
     if len(dtypes) != 1:
         raise ValueError(f"flatten() needs one dtype, got {sorted(map(str, dtypes))}")
-    parts = [t.detach().reshape(-1) for t in tensors]
-    if out is None:
-        return torch.cat(parts)
-    return torch.cat(parts, out=out)
+    # torch's C++ helpers (those of DDP's and apex's flat buffers): one call for all the tensors
+    # rather than a Python call per tensor, which `cluster=sim`'s worker threads pay for in GIL
+    # hand-offs (issue 16)
+    tensors = list(tensors)
+    with torch.no_grad():  # (as `detach()` per tensor: the buffer is outside autograd)
+        if out is None:  # (torch's helper returns a lone tensor's own memory: copy it)
+            if len(tensors) == 1:
+                return tensors[0].reshape(-1).clone()
+            return _flatten_dense_tensors(tensors)
+        torch._foreach_copy_(unflatten(out, tensors), tensors)
+    return out
 
 
 def unflatten(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Tensor]:
@@ -85,14 +93,13 @@ def unflatten(flat: torch.Tensor, like: Sequence[torch.Tensor]) -> list[torch.Te
     sizes = [t.numel() for t in like]
     if sum(sizes) != flat.numel():
         raise ValueError(f"buffer has {flat.numel()} values, tensors need {sum(sizes)}")
-    return [chunk.view_as(t) for chunk, t in zip(torch.split(flat, sizes), like, strict=True)]
+    return list(_unflatten_dense_tensors(flat, like))
 
 
 def copy_into_(targets: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
     """Write the values of `flat` back into `targets`, in place."""
-    with torch.no_grad():
-        for t, src in zip(targets, unflatten(flat, targets), strict=True):
-            t.copy_(src)
+    with torch.no_grad():  # one call for all tensors (cluster=sim: fewer GIL hand-offs)
+        torch._foreach_copy_(list(targets), unflatten(flat, targets))
 
 
 COMPRESSIONS = ("none", "fp16", "bf16", "int8")

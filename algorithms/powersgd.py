@@ -78,7 +78,7 @@ from dataclasses import dataclass
 
 import torch
 
-from algorithms.base import Algorithm
+from algorithms.base import FOREACH, Algorithm
 
 # The reference's BatchNorm parameters (paper-code/train.py `is_batchnorm_param`, re.match on the
 # full parameter name): `layer3.1.bn2.weight` matches, the stem's `bn1.weight` does not.
@@ -148,7 +148,12 @@ class PowerSGD(Algorithm):
         if exempt:
             groups.append({"params": exempt, "weight_decay": 0.0})
         return torch.optim.SGD(
-            groups, lr=lr, momentum=momentum, nesterov=nesterov, weight_decay=weight_decay
+            groups,
+            lr=lr,
+            momentum=momentum,
+            nesterov=nesterov,
+            weight_decay=weight_decay,
+            foreach=FOREACH,
         )
 
     def before_step(self, t: int) -> None:

@@ -3,6 +3,8 @@ invariants of each update rule (replicas equal when theory says so)."""
 
 from __future__ import annotations
 
+import copy
+
 import pytest
 import torch
 
@@ -164,3 +166,34 @@ def test_registry_names_match_config_files():
 
     conf = Path(__file__).resolve().parents[1] / "conf" / "algorithm"
     assert {p.stem for p in conf.glob("*.yaml")} == set(algorithms.REGISTRY)
+
+
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float64])
+@pytest.mark.parametrize("name", ["local_sgd", "powersgd"])
+def test_local_optimizer_is_foreach_and_bit_identical_to_the_per_tensor_loop(name, dtype):
+    """algorithms/base.py FOREACH: the workers' SGD runs torch's multi-tensor implementation
+    on CPU too; it must be the per-tensor loop's arithmetic bit for bit (nesterov, weight
+    decay, PowerSGD's exempt BN group)."""
+    from algorithms import REGISTRY
+    from experiments.training.models import build_model
+
+    cls = REGISTRY[name]
+    torch.manual_seed(0)
+    model = build_model({"name": "resnet18", "width": 8}, 1, 10).to(dtype)
+    twin = copy.deepcopy(model)
+    kw = {"lr": 0.1, "momentum": 0.9, "nesterov": True, "weight_decay": 1e-4}
+    fast = cls.local_optimizer(cls.Config(), model, **kw)
+    assert all(g.get("foreach", fast.defaults["foreach"]) for g in fast.param_groups)
+    slow = cls.local_optimizer(cls.Config(), twin, **kw)
+    for group in slow.param_groups:
+        group["foreach"] = False
+    gen = torch.Generator().manual_seed(1)
+    for _ in range(4):
+        x = torch.randn(16, 1, 8, 8, generator=gen, dtype=dtype)
+        y = torch.randint(0, 10, (16,), generator=gen)
+        for net, opt in ((model, fast), (twin, slow)):
+            opt.zero_grad(set_to_none=True)
+            torch.nn.functional.cross_entropy(net(x), y).backward()
+            opt.step()
+    for a, b in zip(model.state_dict().values(), twin.state_dict().values(), strict=True):
+        assert torch.equal(a, b)

@@ -17,6 +17,28 @@ def test_flatten_unflatten_round_trip():
         assert a.shape == b.shape and torch.equal(a, b)
 
 
+def test_flatten_copies_and_unflatten_views():
+    """`flatten` is a snapshot (new memory, a lone tensor too; outside autograd, parameters
+    included), `flatten(out=)` writes into `out`, non-contiguous inputs included, and
+    `unflatten` gives views of the buffer."""
+    one = torch.randn(4)
+    flat = flatten([one])
+    one.add_(1)
+    assert not torch.equal(flat, one) and flat.data_ptr() != one.data_ptr()
+    params = [torch.nn.Parameter(torch.randn(2, 3)), torch.nn.Parameter(torch.randn(3, 2).t())]
+    expected = torch.cat([p.detach().reshape(-1) for p in params])
+    flat = flatten(params)
+    assert torch.equal(flat, expected) and not flat.requires_grad
+    out = torch.zeros(12)
+    assert flatten(params, out=out) is out and torch.equal(out, expected)
+    assert not out.requires_grad
+    views = unflatten(out, params)
+    views[1].fill_(7)
+    assert torch.equal(out[6:], torch.full((6,), 7.0))
+    meta = [torch.empty(p.shape, device="meta") for p in params]  # (Pending.restore's shapes)
+    assert [v.shape for v in unflatten(out, meta)] == [p.shape for p in params]
+
+
 def test_flatten_rejects_mixed_dtypes_and_unflatten_wrong_size():
     with pytest.raises(ValueError, match="one dtype"):
         flatten([torch.zeros(2), torch.zeros(2, dtype=torch.int64)])

@@ -18,10 +18,12 @@ from algorithms.easgd import EAMSGD
 from algorithms.easgd import Config as EASGDConfig
 from algorithms.local_sgd import LocalSGD
 from experiments.training.evaluate import (
+    consensus_copy,
     evaluate,
     fixed_batches,
     loss_and_correct,
     recompute_bn_,
+    scratch_copy,
 )
 from experiments.training.models import TinyCNN
 from tests.steps import hook_steps, prototype_batches
@@ -233,3 +235,37 @@ def test_every_eval_model_that_is_not_a_worker_model_asks_for_fresh_statistics()
     assert not EAMSGD(model, opt, comm, EASGDConfig(centre_bn="average"), 2).eval_needs_fresh_bn()
     with pytest.raises(ValueError, match="centre_bn must be one of recompute, average"):
         EASGDConfig(centre_bn="fresh")
+
+
+def test_the_evaluation_copy_is_kept_and_always_holds_the_model_s_current_values():
+    """`scratch_copy` (the consensus is computed on it): one copy per evaluated module, reused,
+    with every parameter, buffer and the training mode of the model as it is now; a module
+    whose tensors changed shape gets a new copy; the model itself is never touched."""
+    torch.manual_seed(0)
+    model = TinyCNN(1, 10, width=4).to(D)
+    first = scratch_copy(model)
+    assert first is not model
+    with torch.no_grad():
+        for p in model.parameters():
+            p.add_(1.0)
+    for m in model.modules():
+        if isinstance(m, torch.nn.BatchNorm2d):
+            m.running_mean.fill_(3.0)
+            m.num_batches_tracked.fill_(5)
+    model.eval()
+    second = scratch_copy(model)
+    assert second is first and not second.training
+    for a, b in zip(second.state_dict().values(), model.state_dict().values(), strict=True):
+        assert torch.equal(a, b) and a.data_ptr() != b.data_ptr()
+    before = copy.deepcopy(model.state_dict())
+    from algorithms.group import ThreadGroup
+
+    (alone,) = ThreadGroup.create(1, 30.0)
+    averaged = consensus_copy(model, Comm(group=alone))  # one worker: the average is the model
+    assert averaged is first
+    for a, b in zip(model.state_dict().values(), before.values(), strict=True):
+        assert torch.equal(a, b)
+    model.linear = torch.nn.Linear(model.linear.in_features, 3).to(D)  # a new copy
+    third = scratch_copy(model)
+    assert third is not first and third.linear.out_features == 3
+    assert torch.equal(third.linear.weight, model.linear.weight)
