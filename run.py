@@ -22,11 +22,29 @@ import os
 import signal
 import sys
 
+
+def _is_the_program() -> bool:
+    """Is this process `python [options] run.py ...`, run.py its own program (not run.py run by
+    another program in its process, as the tests' `runpy` does)? Only then may run.py change
+    the process's garbage collection and end it without the interpreter's teardown."""
+    args = iter(getattr(sys, "orig_argv", [])[1:])
+    for arg in args:
+        if arg in ("-m", "-c"):
+            return False
+        if arg in ("-W", "-X"):  # options with a separate value
+            next(args, None)
+        elif not arg.startswith("-"):
+            return os.path.realpath(arg) == os.path.realpath(__file__)
+    return False
+
+
 # Start-up cost (issue 16, benchmarks' `sim` family): the cyclic garbage collector runs many
 # times while torch and Hydra import and compose, collecting nothing (0.15-0.2 s of a ~2.5 s
 # smoke run on 2 cores, measured). Off until the job starts (`main`), then on again with what
 # the imports made frozen out of its way (`gc.freeze`).
-if __name__ == "__main__":
+_PROGRAM = __name__ == "__main__" and _is_the_program()
+_GC_DEFERRED = _PROGRAM and gc.isenabled()
+if _GC_DEFERRED:
     gc.disable()
 
 # A stop signal while Python imports the suite (seconds: torch) ends the program at once, in one
@@ -90,7 +108,9 @@ def main(cfg: DictConfig) -> dict[str, Any]:
     a stop on a signal or Ctrl-C ends the sweep too (SystemExit)."""
     from experiments.runner import run
 
-    if not gc.isenabled():  # (run.py's start-up, the top of this file)
+    global _GC_DEFERRED
+    if _GC_DEFERRED:  # (run.py's start-up, the top of this file)
+        _GC_DEFERRED = False
         gc.freeze()
         gc.enable()
     hc = HydraConfig.get()
@@ -205,7 +225,8 @@ def cli() -> None:
             signal.signal(sig, _raise_stop)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ["HYDRA_FULL_ERROR"] = "1"
-    _compose_once()
+    if _PROGRAM:  # (not in another program's process: it would patch that program's Hydra)
+        _compose_once()
     from experiments.workers import startup
 
     if startup.starts_processes(sys.argv[1:]):
@@ -260,8 +281,11 @@ def _exit(code) -> None:
 
 
 if __name__ == "__main__":
-    try:
+    if not _PROGRAM:  # run by another program (the tests' runpy): a plain call
         cli()
-    except SystemExit as e:
-        _exit(e.code)
-    _exit(0)
+    else:
+        try:
+            cli()
+        except SystemExit as e:
+            _exit(e.code)
+        _exit(0)

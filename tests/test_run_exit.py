@@ -60,6 +60,27 @@ def test_the_fast_exit_waits_for_a_live_thread_like_the_normal_exit():
     assert "thread finished" in done.stdout
 
 
+def test_run_py_takes_the_shortcuts_only_as_its_own_program(monkeypatch):
+    """GC deferral, the fast exit and the single composition change the whole process: only
+    when the process is `python [options] run.py`, never when another program (pytest's
+    catalogue, through runpy) runs run.py in its own process."""
+    import run
+
+    monkeypatch.chdir(REPO)
+    for argv, expected in (
+        (["python", "run.py", "workers=2"], True),
+        (["python", "-u", "-X", "importtime", str(REPO / "run.py")], True),
+        (["python", "-W", "ignore", "run.py", "-m"], True),
+        (["python", "-m", "pytest", "run.py"], False),
+        (["python", "-c", "import run"], False),
+        (["python", "benchmarks/steps.py"], False),
+        (["python"], False),
+    ):
+        monkeypatch.setattr(sys, "orig_argv", argv)
+        assert run._is_the_program() is expected, argv
+    assert run._PROGRAM is False  # imported here: a module, not the program
+
+
 def _presets() -> list[str]:
     return sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
 
