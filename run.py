@@ -190,7 +190,7 @@ def normalized_argv(argv: list[str]) -> list[str]:
 def _compose_once() -> None:
     """Hydra composes the whole config twice per command: once only to read `hydra.mode`
     (`Hydra.get_mode`, its errors swallowed), then again to run. conf/ never sets `hydra.mode`
-    (tests/test_cli.py), so unless the command line does, the mode is the flag's (`-m` or
+    (tests/test_run_exit.py), so unless the command line does, the mode is the flag's (`-m` or
     not), which is what Hydra falls back to when `get_mode` answers None: answered so here,
     saving a composition (~0.12 s of a smoke run's ~2 s fixed cost, issue 16). Hydra's own
     `get_mode` when an override names `hydra.mode`, or when Hydra has no such method."""
