@@ -62,7 +62,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
-from torch._utils import _flatten_dense_tensors, _unflatten_dense_tensors
+from torch._utils import _unflatten_dense_tensors
 
 from algorithms.group import Group, as_group
 
@@ -75,15 +75,14 @@ def flatten(tensors: Sequence[torch.Tensor], out: torch.Tensor | None = None) ->
     dtypes = {t.dtype for t in tensors}
     if len(dtypes) != 1:
         raise ValueError(f"flatten() needs one dtype, got {sorted(map(str, dtypes))}")
-    # torch's C++ helpers (those of DDP's and apex's flat buffers): one call for all the tensors
+    # torch's C++ helpers (those of DDP's flat buffers): one call for all the tensors
     # rather than a Python call per tensor, which `cluster=sim`'s worker threads pay for in GIL
     # hand-offs (issue 16)
     tensors = list(tensors)
+    if out is None:
+        t0 = tensors[0]
+        out = torch.empty(sum(t.numel() for t in tensors), dtype=t0.dtype, device=t0.device)
     with torch.no_grad():  # (as `detach()` per tensor: the buffer is outside autograd)
-        if out is None:  # (torch's helper returns a lone tensor's own memory: copy it)
-            if len(tensors) == 1:
-                return tensors[0].reshape(-1).clone()
-            return _flatten_dense_tensors(tensors)
         torch._foreach_copy_(unflatten(out, tensors), tensors)
     return out
 

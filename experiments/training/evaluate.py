@@ -96,8 +96,8 @@ def recompute_bn_(
 # The copy each evaluation works on, one per evaluated module, kept between evaluations: a
 # `copy.deepcopy` of a module is slow in Python (6% of the worker threads' time of a table1
 # point in `cluster=sim`, py-spy, evaluating every epoch); copying the values into the same
-# copy again is not. Weak keys: an
-# eval model made for one evaluation (EASGD's centre) takes its copy with it.
+# copy again is not. Weak keys: an eval model made for one evaluation (EASGD's centre) takes its
+# copy with it.
 _SCRATCH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _SCRATCH_LOCK = threading.Lock()  # (cluster=sim: the workers evaluate in threads)
 
