@@ -1040,7 +1040,9 @@ def sim(s: Settings, ctx: Context) -> Section:
         "same processes started as before issue 16 (`COMMSGD_START_METHOD=spawn "
         "COMMSGD_EAGER_DYNAMO=0`: a fresh interpreter per worker), interleaved, medians. "
         "Throughput: m workers of the cpu-scale model (ResNet-18 width 8, batch 32 each, "
-        "synthetic 1x8x8 data, local_sgd without syncs) with `cluster=sim`, against one worker "
+        "synthetic 1x8x8 data, local_sgd without syncs) with `cluster=sim` (a thread per worker; "
+        "and with `cluster.batched=true`: their forward and backward passes as one vmap call, "
+        "experiments/workers/batched.py), against one worker "
         "training the global batch of m x 32 as one model (`cluster=sim workers=1`: the same "
         "process, all cores for its intra-op threads); samples per second from the wall-clock "
         "between metrics rows watched from outside (the virtual clock's times are modeled), "
@@ -1078,10 +1080,12 @@ def sim(s: Settings, ctx: Context) -> Section:
         sec.figures.append(Figure(f"{label.split(' (')[0]} / before issue 16", value / before))
 
     sizes = [2] if s.quick else [4, 16]
-    for m in sizes:
-        ratio, per_rep, sim_sps, one_sps = _throughput(s, m)
+    for m, batched in [(m, b) for m in sizes for b in (False, True)]:
+        ratio, per_rep, sim_sps, one_sps = _throughput(s, m, batched)
         target, limit = {4: (">= 0.8", 0.8), 16: (">= 0.6", 0.6)}.get(m, ("", None))
         name = f"throughput, {m} workers in one process / one model on the global batch"
+        if batched:
+            name += " (cluster.batched=true)"
         sec.rows.append(
             [
                 name,
@@ -1133,8 +1137,10 @@ def sim(s: Settings, ctx: Context) -> Section:
             "(16 workers, 50,000 CIFAR-sized synthetic samples, overlap_local_sgd, tau = 2)."
         )
     else:
-        ratio, per_rep, sim_sps, one_sps = _throughput(s, 16)
-        name = "GPU: 16 workers in one process / one model on the global batch"
+        ratio, per_rep, sim_sps, one_sps = _throughput(s, 16, batched=True)
+        name = (
+            "GPU: 16 workers in one process (cluster.batched=true) / one model on the global batch"
+        )
         sec.rows.append(
             [
                 name,
@@ -1163,9 +1169,12 @@ def sim(s: Settings, ctx: Context) -> Section:
     return sec
 
 
-def _throughput(s: Settings, m: int) -> tuple[float, list[float], float, float]:
+def _throughput(
+    s: Settings, m: int, batched: bool = False
+) -> tuple[float, list[float], float, float]:
     """(median ratio of samples/s, per-rep ratios, samples/s in-process, of one model) for m
-    workers in one process against one model on the global batch (see `sim`)."""
+    workers in one process (`batched`: cluster.batched=true, experiments/workers/batched.py)
+    against one model on the global batch (see `sim`)."""
     steps_per_epoch = 2 if s.quick else 12
     if s.device == "cuda":
         batch, model = 128, ["model=resnet18", "model.width=64"]
@@ -1191,7 +1200,15 @@ def _throughput(s: Settings, m: int) -> tuple[float, list[float], float, float]:
     ]
     ratios, sim_sps, one_sps = [], [], []
     for _ in range(1 if s.quick else s.reps):
-        (many,) = h.suite([*common, f"workers={m}", f"batch_size={batch}"], watch=True)
+        (many,) = h.suite(
+            [
+                *common,
+                f"workers={m}",
+                f"batch_size={batch}",
+                f"cluster.batched={str(batched).lower()}",
+            ],
+            watch=True,
+        )
         (one,) = h.suite([*common, "workers=1", f"batch_size={m * batch}"], watch=True)
         a = m * batch / h.median(many.epoch_wall_step_s())
         b = m * batch / h.median(one.epoch_wall_step_s())
@@ -1219,6 +1236,7 @@ def _paper_epoch_s(s: Settings) -> float:
             "tau=2",
             "epochs=3",
             "eval_every=1",
+            "cluster.batched=true",
         ],
         watch=True,
     )

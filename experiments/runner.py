@@ -26,6 +26,7 @@ import time
 import traceback
 import uuid
 from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from signal import SIG_DFL
 from typing import Any
@@ -166,6 +167,9 @@ def validate(cfg: dict[str, Any]) -> None:
     name = algo.pop("name")
     try:
         algorithms.REGISTRY[name].check(algorithms.make_config(name, algo), cfg)
+        from experiments.workers.batched import check as batched_check
+
+        batched_check(cfg, algorithms.REGISTRY[name])
         algorithms.check_compression(name, (cfg.get("comm") or {}).get("compression", "none"))
     except (ValueError, TypeError) as e:
         raise UserError(str(e)) from None
@@ -656,12 +660,15 @@ def train_worker(
     stopper: Stopper | None = None,
     group=None,
     device: torch.device | None = None,
+    batched=None,
 ) -> str:
     """Build this worker's data, model, optimizer and algorithm, resume from the run's
     checkpoint if there is one, train, and (rank 0) write the summary. Returns the status.
 
     `group`: where the collectives go (algorithms/group.py; None: torch.distributed's default
-    group); `device`: this worker's device (None: from the backend and the local rank)."""
+    group); `device`: this worker's device (None: from the backend and the local rank);
+    `batched`: the in-process workers' batched passes (experiments/workers/batched.py), or
+    None."""
     from torch.utils.data import DataLoader, Subset
 
     from algorithms.comm import Comm
@@ -684,6 +691,8 @@ def train_worker(
 
     model = initial_model(cfg, bundle).to(device, dtype)  # identical on every worker ...
     comm.broadcast_(list(model.parameters()) + list(model.buffers()), src=0)  # ... guaranteed
+    if batched is not None:  # before the optimizer and the algorithm take its parameters
+        batched.adopt(rank, model)
 
     # This worker's data order and augmentation: one generator, the sampler's (experiments/
     # data.py). The loader's own generator only seeds its worker processes, which draw nothing.
@@ -786,6 +795,7 @@ def train_worker(
         dtype=dtype,
         progress=cfg.get("progress", True),
         heartbeat=run_dir / HEARTBEAT if rank == 0 else None,
+        forward_backward=None if batched is None else partial(batched.forward_backward, rank),
     )
     try:
         result = train(

@@ -297,6 +297,12 @@ class Cluster:
     # The workers as threads of one process talking through an in-process reducer
     # (experiments/workers/sim.py; needs timing=virtual): cluster=sim, or one SLURM task per run.
     in_process: bool = False
+    # With in_process: true = the workers' forward and backward passes as one vectorised call
+    # over their stacked replicas (experiments/workers/batched.py), each worker's optimizer,
+    # algorithm and data as before; not for OSP/LOSP (collectives at rank-dependent steps).
+    # false = a thread per worker. auto = true on a GPU and from 8 workers on a CPU, where
+    # the algorithm allows it.
+    batched: str = "auto"
     # Where worker processes compute (experiments/workers/dist.py, place): auto = the GPUs when
     # visible (one per worker), else the CPU; cpu; cuda (an error where there is none).
     device: str = "auto"

@@ -59,6 +59,9 @@ class LoopSettings:
     dtype: torch.dtype = torch.float32
     progress: bool = True
     heartbeat: Path | None = None  # rank 0: a file rewritten every HEARTBEAT_S while training
+    # zero_grad -> forward -> backward of one step, returning the loss: `forward_backward`
+    # below, or the in-process workers' batched pass (experiments/workers/batched.py)
+    forward_backward: Callable[..., torch.Tensor] | None = None
 
 
 @dataclass
@@ -126,6 +129,7 @@ def train(
     numbers for summary.json (same on every rank). Status `interrupted` when the workers
     stopped on a request, after a checkpoint."""
     model, optimizer, ledger = algo.model, algo.optimizer, comm.ledger
+    step_pass = settings.forward_backward or forward_backward
     steps_per_epoch = len(train_loader)
     total_steps = settings.epochs * steps_per_epoch
     clock, times, pos = comm.clock, Times(), Position()
@@ -184,9 +188,7 @@ def train(
                 group["lr"] = lr
             exposed_before = ledger.exposed_s
 
-            loss = F.cross_entropy(model(x), y)
-            optimizer.zero_grad(set_to_none=True)
-            loss.backward()
+            loss = step_pass(model, optimizer, x, y)
             if getattr(clock, "emulate_compute", False):
                 _synchronize(device)  # sleeps to the modeled step: the step's device time
             # The clock takes the step's compute here, before any collective of the hooks:
@@ -338,6 +340,14 @@ def train(
     }
 
 
+def forward_backward(model, optimizer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    """One step's zero_grad -> forward -> backward; returns the loss."""
+    loss = F.cross_entropy(model(x), y)
+    optimizer.zero_grad(set_to_none=True)
+    loss.backward()
+    return loss
+
+
 def _calibration(algo: Algorithm, comm: Comm, loader, device, settings: LoopSettings, saved):
     """The virtual clock's calibration (experiments/training/calibrate.py), applied to the
     clock: the saved one of a resumed run, else measured now when a compute time is `measured`,
@@ -382,7 +392,7 @@ def capture(algo: Algorithm, comm: Comm, times: Times, pos: Position, train_load
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         rng["cuda"] = torch.cuda.get_rng_state_all()
     return {
-        "model": algo.model.state_dict(),
+        "model": _own_storage(algo.model.state_dict()),
         "optimizer": algo.optimizer.state_dict(),
         "algorithm": algo.state_dict(),
         "rng": rng,
@@ -390,6 +400,19 @@ def capture(algo: Algorithm, comm: Comm, times: Times, pos: Position, train_load
         "ledger": asdict(comm.ledger),
         "times": asdict(times),
         "position": {k: v for k, v in asdict(pos).items()},
+    }
+
+
+def _own_storage(tensors: dict) -> dict:
+    """`tensors` with each view of a larger tensor copied out: torch.save writes a view's whole
+    storage (the batched workers' parameters are rows of stacked tensors,
+    experiments/workers/batched.py)."""
+    return {
+        k: v.clone()
+        if isinstance(v, torch.Tensor)
+        and v.untyped_storage().nbytes() > v.numel() * v.element_size()
+        else v
+        for k, v in tensors.items()
     }
 
 

@@ -25,20 +25,22 @@ checkpoints and resume, divergence, the exit codes. Differences:
 - one device for every worker (`cluster.device`), no NCCL; torch's intra-op threads are shared
   by the process: `threads_per_worker` (default cores / workers, at least 1) is set once.
 
-Design note: threads or a batched (vmap) model? Measured on this project's 2-core machine
-(ResNet-18 width 8 on digits, batch 32 per worker, one intra-op thread; `python -m benchmarks
---only sim` reruns it): the compute of m small models is dominated by per-operator overhead
-(a width-8 convolution's backward costs ~0.3 ms whatever its batch), so one model on the global
-batch of m x 32 runs ~2x (m = 4) to ~3x (m = 16) faster than m models one after the other;
-`torch.func.vmap` over stacked parameters (one grouped convolution for all replicas) recovers
-most of it (0.85 of the one-model speed at m = 4, 0.78 at m = 16, against 0.51 and 0.35 for
-threads, on a loaded machine). vmap would touch every algorithm: each keeps per-worker tensors
-and calls blocking and non-blocking collectives in the middle of its hooks, at steps that may
-differ between workers (OSP/LOSP), which a lock-step batched model cannot serve without
-rewriting them over stacked parameters. Threads keep all of them, their tests and their
-checkpoints exactly as they are, and on a GPU the replicas' kernels queue on one device
-without a process per worker (NCCL refuses two ranks on one GPU). Chosen: threads; what a
-batched model would gain is the figure of the `sim` benchmark family.
+Design note: threads or a batched (vmap) model? Both; threads by default. Measured on this
+project's 2-core machine (ResNet-18 width 8 on digits, batch 32 per worker; `python -m benchmarks
+--only sim` reruns it): the compute of m small models is dominated by per-operator overhead (a
+width-8 convolution's backward costs ~0.3 ms whatever its batch), so one model on the global
+batch of m x 32 runs ~2x (m = 4) to ~3x (m = 16) faster than m models one after the other.
+Threads keep every algorithm, its tests and its checkpoints exactly as they are, and reach
+~0.8 of the one-model speed at m = 4 but ~0.3 at m = 16. `cluster.batched=true`
+(experiments/workers/batched.py) keeps each worker's module, optimizer, algorithm and data in
+its thread but computes the m forward and backward passes as one `torch.func.vmap` call over
+stacked replicas (one grouped kernel per operator): ~0.5 at m = 16 on this CPU (the m
+optimizer steps, data loaders and hooks, still one per worker, are most of the rest), ~0.5 at
+m = 4, where the threads' two cores do better. It needs the workers in lock-step, so OSP and
+LOSP (collectives at rank-dependent steps) run with threads only. On a GPU, where m threads
+would queue m small kernels per operator through one interpreter, batched is the way to run
+the papers' 16 workers. `cluster.batched=auto` (the default) therefore batches on a GPU and,
+on a CPU, from AUTO_MIN_WORKERS_CPU workers, where the algorithm allows it.
 """
 
 from __future__ import annotations
@@ -107,6 +109,12 @@ def run(cfg: dict[str, Any], run_dir: Path, bundle, train_worker: Callable) -> b
     device = device_of(cfg)
     timeout = float(cfg["dist_timeout_s"])
     groups = ThreadGroup.create(m, timeout, device, name="collectives")
+    from algorithms import REGISTRY
+    from experiments.workers.batched import BatchedSteps, wanted
+
+    batched = None
+    if wanted(cfg, REGISTRY[cfg["algorithm"]["name"]], device):  # workers/batched.py
+        batched = BatchedSteps(m, timeout)
     controls = ThreadGroup.create(m, max(timeout, CONTROL_TIMEOUT_S), "cpu", name="control")
     stoppers = [
         Stopper(
@@ -134,7 +142,15 @@ def run(cfg: dict[str, Any], run_dir: Path, bundle, train_worker: Callable) -> b
         try:
             worker_id = Worker(rank, m, rank, m, external=False)
             train_worker(
-                cfg, run_dir, worker_id, "sim", bundle, stoppers[rank], groups[rank], device
+                cfg,
+                run_dir,
+                worker_id,
+                "sim",
+                bundle,
+                stoppers[rank],
+                groups[rank],
+                device,
+                batched=batched,
             )
             clean = True
         except BaseException as e:
@@ -175,7 +191,9 @@ def run(cfg: dict[str, Any], run_dir: Path, bundle, train_worker: Callable) -> b
     if in_main and cfg["checkpoint"]["on_signal"]:
         previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     threads_before = torch.get_num_threads()
-    torch.set_num_threads(cfg.get("threads_per_worker") or max(1, (os.cpu_count() or 1) // m))
+    # batched: one thread at a time runs the heavy pass (all m workers'), on every core
+    share = (os.cpu_count() or 1) // (1 if batched is not None else m)
+    torch.set_num_threads(cfg.get("threads_per_worker") or max(1, share))
     try:
         for t in threads:
             t.start()

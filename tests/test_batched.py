@@ -1,0 +1,241 @@
+"""`cluster.batched=true` (experiments/workers/batched.py): the in-process workers' forward and
+backward passes as one vmap call over stacked replicas.
+
+- The pass itself: every worker's loss and gradient equal the ones its own replica computes
+  alone (float64, 1e-12), for equal and unequal batch shapes; its parameters and buffers are
+  views of the stacked tensors (the optimizer's update lands there); gradient-ready hooks fire
+  once per parameter.
+- Same trajectories: for every algorithm it serves, a batched run logs the metrics of the same
+  run with one thread per worker (tests/test_sim.py's configuration: heterogeneous workers,
+  stragglers, a slow network; float64 within 1e-12, float32 the same accuracy curves).
+- A batched run stopped and resumed equals the uninterrupted one, and its checkpoint holds
+  each worker's own tensors, not the stacked ones.
+- What it cannot run is a one-line error before the run starts: OSP/LOSP (collectives at
+  rank-dependent steps), worker processes.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import subprocess
+import sys
+import threading
+from pathlib import Path
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+import algorithms
+from experiments.training.models import TinyCNN
+from experiments.workers.batched import BatchedSteps
+from tests.test_sim import DTYPES, assert_same_rows, config, rows, sim_run
+
+ROOT = Path(__file__).resolve().parents[1]
+SERVED = sorted(n for n, c in algorithms.REGISTRY.items() if c.checkpoint_anywhere)
+
+
+def _in_threads(m: int, work) -> list:
+    """work(rank) in m threads; their results in rank order (a thread's exception re-raised)."""
+    out: list = [None] * m
+    errors: list[BaseException] = []
+
+    def run(rank: int) -> None:
+        try:
+            out[rank] = work(rank)
+        except BaseException as e:  # pragma: no cover - reported below
+            errors.append(e)
+
+    threads = [threading.Thread(target=run, args=(r,)) for r in range(m)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(60)
+    assert not errors, errors
+    return out
+
+
+@pytest.mark.parametrize("sizes", [(8, 8, 8), (8, 5, 8)], ids=["equal", "unequal"])
+def test_each_worker_gets_the_loss_and_gradient_of_its_own_replica(sizes):
+    torch.manual_seed(0)
+    m = len(sizes)
+    replicas = [TinyCNN(1, 10, width=4).double() for _ in range(m)]  # different weights
+    alone = copy.deepcopy(replicas)
+    g = torch.Generator().manual_seed(1)
+    batches = [
+        (
+            torch.randn(n, 1, 8, 8, generator=g, dtype=torch.float64),
+            torch.randint(0, 10, (n,), generator=g),
+        )
+        for n in sizes
+    ]
+    steps = BatchedSteps(m, timeout_s=60)
+    fired = [[] for _ in range(m)]
+
+    def work(rank: int):
+        model = replicas[rank]
+        model.train()
+        steps.adopt(rank, model)
+        for p in model.parameters():
+            p.register_post_accumulate_grad_hook(lambda p, r=rank: fired[r].append(p))
+        opt = torch.optim.SGD(model.parameters(), lr=0.1)
+        x, y = batches[rank]
+        loss = steps.forward_backward(rank, model, opt, x, y)
+        opt.step()  # in place on the views: the stacked tensors move
+        return loss
+
+    losses = _in_threads(m, work)
+    for r, (model, ref) in enumerate(zip(replicas, alone, strict=True)):
+        ref.train()
+        x, y = batches[r]
+        loss = F.cross_entropy(ref(x), y)
+        loss.backward()
+        torch.testing.assert_close(losses[r], loss.detach(), rtol=0, atol=1e-12)
+        for (name, p), q in zip(model.named_parameters(), ref.parameters(), strict=True):
+            torch.testing.assert_close(p.grad, q.grad, rtol=0, atol=1e-12)
+            # the worker's parameter is row r of the stacked one (after its own update)
+            assert p.data_ptr() == steps.params[name][r].data_ptr()
+            torch.testing.assert_close(p.detach(), (q - 0.1 * q.grad).detach(), rtol=0, atol=1e-12)
+        for (name, b), c in zip(model.named_buffers(), ref.buffers(), strict=True):
+            assert b.data_ptr() == steps.buffers[name][r].data_ptr()
+            torch.testing.assert_close(b, c, rtol=0, atol=1e-12)  # BN statistics moved alike
+        assert sorted(map(id, fired[r])) == sorted(map(id, model.parameters()))
+
+
+def test_consecutive_passes_do_not_accumulate_gradients():
+    """Two steps in a row with momentum: the trajectory of each replica trained alone (the
+    stacked gradient is cleared before each pass, never accumulated)."""
+    torch.manual_seed(0)
+    m = 2
+    replicas = [TinyCNN(1, 10, width=4).double() for _ in range(m)]
+    alone = copy.deepcopy(replicas)
+    steps = BatchedSteps(m, timeout_s=60)
+    g = torch.Generator().manual_seed(2)
+    data = [
+        [
+            (
+                torch.randn(n, 1, 8, 8, generator=g, dtype=torch.float64),
+                torch.randint(0, 10, (n,), generator=g),
+            )
+            for n in (6, 6)
+        ]
+        for _ in range(m)
+    ]
+
+    def work(rank: int):
+        model = replicas[rank]
+        steps.adopt(rank, model)
+        opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+        for x, y in data[rank]:
+            steps.forward_backward(rank, model, opt, x, y)
+            opt.step()
+        return [p.detach().clone() for p in model.parameters()]
+
+    got = _in_threads(m, work)
+    for r, ref in enumerate(alone):
+        opt = torch.optim.SGD(ref.parameters(), lr=0.1, momentum=0.9)
+        for x, y in data[r]:
+            opt.zero_grad()
+            F.cross_entropy(ref(x), y).backward()
+            opt.step()
+        for p, q in zip(got[r], ref.parameters(), strict=True):
+            torch.testing.assert_close(p, q.detach(), rtol=0, atol=1e-12)
+
+
+def cases() -> dict[str, tuple[str, list[str]]]:
+    return {
+        f"{name}-{dtype}": (name, [f"algorithm={name}", f"dtype={dtype}"])
+        for name in SERVED
+        for dtype in DTYPES
+    }
+
+
+@pytest.mark.parametrize("label", list(cases()))
+def test_a_batched_run_equals_the_run_with_a_thread_per_worker(tmp_path, label):
+    name, overrides = cases()[label]
+    threads = config("sim", *overrides)
+    batched = config("sim", *overrides, "cluster.batched=true")
+    assert sim_run(threads, tmp_path / "threads") == "completed"
+    assert sim_run(batched, tmp_path / "batched") == "completed"
+    assert_same_rows(
+        rows(tmp_path / "batched"), rows(tmp_path / "threads"), threads["dtype"], label
+    )
+
+
+def test_a_batched_run_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path):
+    pinned = ("algorithm=overlap_local_sgd", "dtype=float64", "cluster.batched=true")
+    full = config("sim", *pinned)
+    cut = config("sim", *pinned, "checkpoint.simulate_signal_at_step=5")
+    assert sim_run(full, tmp_path / "full") == "completed"
+    assert sim_run(cut, tmp_path / "cut") != "completed"
+    # each worker's file holds its own tensors: as many values as the model, not m times
+    latest = json.loads((tmp_path / "cut" / "checkpoint" / "latest.json").read_text())
+    assert latest["step"] > 0
+    state = torch.load(
+        next((tmp_path / "cut" / "checkpoint").glob("**/rank1*")), weights_only=False
+    )
+    for name, t in state["model"].items():
+        assert t.untyped_storage().nbytes() == t.numel() * t.element_size(), name
+    assert sim_run(cut, tmp_path / "cut") == "completed"
+    assert rows(tmp_path / "cut") == rows(tmp_path / "full")
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["cluster=sim", "algorithm=osp"], r"osp starts its collectives at rank-dependent steps"),
+        (["cluster=sim", "algorithm=losp"], r"losp starts its collectives at rank-dependent steps"),
+        (["cluster=local"], r"cluster\.batched=true .* needs cluster\.in_process=true"),
+        (
+            ["cluster=sim", "cluster.batched=sometimes"],
+            r"cluster\.batched must be auto, true or false",
+        ),
+    ],
+    ids=["osp", "losp", "processes", "bad-value"],
+)
+def test_what_batched_cannot_run_is_a_one_line_error(tmp_path, overrides, message):
+    import re
+
+    done = subprocess.run(
+        [
+            sys.executable,
+            str(ROOT / "run.py"),
+            "scale=smoke",
+            "dataset=synthetic",
+            "wandb.mode=disabled",
+            "cluster.batched=true",
+            f"out_root={tmp_path}",
+            *overrides,  # a later cluster.batched wins
+        ],
+        capture_output=True,
+        text=True,
+        cwd=ROOT,
+        timeout=300,
+    )
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1 and re.match(r"^error: " + ".*" + message, lines[0]), lines
+    assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.parametrize(
+    "value, workers, device, algorithm, expected",
+    [
+        ("auto", 4, "cpu", "local_sgd", False),  # threads are faster at 4 on a CPU
+        ("auto", 16, "cpu", "local_sgd", True),
+        ("auto", 16, "cpu", "osp", False),  # rank-dependent steps: threads
+        ("auto", 4, "cuda", "local_sgd", True),
+        ("auto", 1, "cuda", "local_sgd", False),  # nothing to batch
+        ("true", 2, "cpu", "local_sgd", True),
+        (True, 2, "cpu", "local_sgd", True),  # YAML's boolean, as an override writes it
+        ("false", 16, "cuda", "local_sgd", False),
+    ],
+)
+def test_auto_batches_where_it_pays_and_the_algorithm_allows(
+    value, workers, device, algorithm, expected
+):
+    from experiments.workers.batched import wanted
+
+    cfg = {"cluster": {"batched": value, "in_process": True}, "workers": workers}
+    assert wanted(cfg, algorithms.REGISTRY[algorithm], torch.device(device)) is expected
