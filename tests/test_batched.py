@@ -10,6 +10,8 @@ backward passes as one vmap call over stacked replicas.
   stragglers, a slow network; float64 within 1e-12, float32 the same accuracy curves).
 - A batched run stopped and resumed equals the uninterrupted one, and its checkpoint holds
   each worker's own tensors, not the stacked ones.
+- A worker that raises ends the run at once: the others stop in the batched pass (a hung one
+  times out naming it: tests/test_sim.py, with and without batching).
 - What it cannot run is a one-line error before the run starts: OSP/LOSP (collectives at
   rank-dependent steps), worker processes.
 """
@@ -18,9 +20,11 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -28,6 +32,7 @@ import torch
 import torch.nn.functional as F
 
 import algorithms
+from experiments.errors import WorkerFailed
 from experiments.training.models import TinyCNN
 from experiments.workers.batched import BatchedSteps
 from tests.test_sim import DTYPES, assert_same_rows, config, rows, sim_run
@@ -195,8 +200,6 @@ def test_a_batched_run_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path
     ids=["osp", "losp", "processes", "bad-value"],
 )
 def test_what_batched_cannot_run_is_a_one_line_error(tmp_path, overrides, message):
-    import re
-
     done = subprocess.run(
         [
             sys.executable,
@@ -239,3 +242,22 @@ def test_auto_batches_where_it_pays_and_the_algorithm_allows(
 
     cfg = {"cluster": {"batched": value, "in_process": True}, "workers": workers}
     assert wanted(cfg, algorithms.REGISTRY[algorithm], torch.device(device)) is expected
+
+
+def test_a_raising_batched_worker_ends_the_run_at_once_naming_its_rank(tmp_path, monkeypatch):
+    """The others wait for it in the batched pass: they stop there, not after dist_timeout_s."""
+    monkeypatch.setenv("COMMSGD_INJECT_FAULT", "1:7:raise")
+    # a timeout far beyond the test's patience: only the abort can end the others' wait
+    cfg = config(
+        "sim", "algorithm=local_sgd", "epochs=50", "cluster.batched=true", "dist_timeout_s=300"
+    )
+    started = time.monotonic()
+    with pytest.raises(WorkerFailed) as failed:
+        sim_run(cfg, tmp_path / "run")
+    assert str(failed.value).startswith(
+        "worker 1 (rank 1) failed: RuntimeError: injected fault at step 7"
+    ), failed.value
+    deadline = started + 60
+    while [t for t in threading.enumerate() if t.name.startswith("commsgd-worker-")]:
+        assert time.monotonic() < deadline
+        time.sleep(0.05)

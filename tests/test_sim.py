@@ -196,26 +196,39 @@ def test_a_raising_worker_thread_ends_the_run_naming_its_rank(tmp_path, monkeypa
         time.sleep(0.05)
 
 
-def test_a_hung_worker_thread_times_out_naming_the_rank_that_did_not_arrive(tmp_path, monkeypatch):
+def hang_rank_at_step(monkeypatch, rank: int, step: int) -> threading.Event:
+    """Make worker `rank` stop before its step `step`, outside any collective, until the
+    returned event is set (at most 60 s)."""
     from experiments.training import faults
 
     release = threading.Event()
-    check = faults.Fault.check
+    check, init = faults.Fault.check, faults.Fault.__init__
 
-    def hang(self, step):  # rank 2 stops at step 3, outside any collective
-        if self.rank_ == 2 and step == 3:
+    def remember_rank(self, r):
+        init(self, r)
+        self.rank_ = r
+
+    def hang(self, t):
+        if self.rank_ == rank and t == step:
             release.wait(60)
-        return check(self, step)
-
-    init = faults.Fault.__init__
-
-    def remember_rank(self, rank):
-        init(self, rank)
-        self.rank_ = rank
+        return check(self, t)
 
     monkeypatch.setattr(faults.Fault, "__init__", remember_rank)
     monkeypatch.setattr(faults.Fault, "check", hang)
-    cfg = config("sim", "algorithm=sync_sgd", "dist_timeout_s=2")
+    return release
+
+
+@pytest.mark.parametrize(
+    "batched, group",
+    [("false", "collectives"), ("true", "batched steps")],
+    ids=["threads", "batched"],
+)
+def test_a_hung_worker_thread_times_out_naming_the_rank_that_did_not_arrive(
+    tmp_path, monkeypatch, batched, group
+):
+    """Batched (experiments/workers/batched.py): the others wait in the batched pass."""
+    release = hang_rank_at_step(monkeypatch, rank=2, step=3)
+    cfg = config("sim", "algorithm=sync_sgd", "dist_timeout_s=2", f"cluster.batched={batched}")
     try:
         with pytest.raises(WorkerFailed) as failed:
             sim_run(cfg, tmp_path / "run")
@@ -223,7 +236,9 @@ def test_a_hung_worker_thread_times_out_naming_the_rank_that_did_not_arrive(tmp_
         release.set()
     message = str(failed.value)
     # rank 0 or 1, whichever waited longest first; never the hung rank itself
-    assert re.match(r"worker ([01]) \(rank \1\) failed: CollectiveTimeout: ", message), message
+    assert re.match(
+        r"worker ([01]) \(rank \1\) failed: CollectiveTimeout: " + group + ": ", message
+    ), message
     assert "rank 2 did not arrive" in message, message
 
 

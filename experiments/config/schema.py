@@ -200,7 +200,8 @@ class Config:
     compute: Compute = MISSING  # worker speeds (timing.md)
     comm: Comm = MISSING  # how averages travel
     dtype: DType = MISSING  # float32 | float64 (exact identity tests)
-    # Torch intra-op threads per worker; null = the machine's cores / local workers.
+    # Torch intra-op threads per worker; null = the machine's cores / local workers (batched
+    # in-process workers, cluster.batched: the cores, for the one pass that computes them all).
     threads_per_worker: int | None = MISSING
     # A collective that waits longer than this fails the run instead of hanging.
     dist_timeout_s: float = MISSING
