@@ -130,20 +130,20 @@ class BatchedSteps:
 
     def _stack(self, op) -> None:
         models: list[nn.Module] = op.inputs
-        names = [n for n, _ in models[0].named_parameters()]
-        for r, other in enumerate(models[1:], 1):
-            if [n for n, _ in other.named_parameters()] != names:
+        params = [dict(mm.named_parameters()) for mm in models]
+        buffers = [dict(mm.named_buffers()) for mm in models]
+        for r in range(1, len(models)):
+            if list(params[r]) != list(params[0]) or list(buffers[r]) != list(buffers[0]):
                 raise RuntimeError(f"worker {r}'s model differs from worker 0's")
         with torch.no_grad():
             self.params = {
-                name: torch.stack([dict(mm.named_parameters())[name] for mm in models])
+                name: torch.stack([named[name] for named in params])
                 .detach()
                 .requires_grad_(p.requires_grad)
-                for name, p in models[0].named_parameters()
+                for name, p in params[0].items()
             }
             self.buffers = {
-                name: torch.stack([dict(mm.named_buffers())[name] for mm in models])
-                for name, _ in models[0].named_buffers()
+                name: torch.stack([named[name] for named in buffers]) for name in buffers[0]
             }
         self._base = copy.deepcopy(models[0]).to("meta")
 
