@@ -328,6 +328,14 @@ class ThreadGroup:
         work.wait()
         return None
 
+    def collective(self, kind: str, value: Any, reduce: Callable[[_Op], Any]) -> Any:
+        """A blocking collective of any kind: every rank brings `value`, the last to arrive
+        runs `reduce(op)` over all of them (`op.inputs`, in rank order), and every rank gets
+        its result."""
+        op = self.rendezvous.arrive(self.rank, self._next(), kind, value, reduce)
+        self.rendezvous.wait(op, self.rank)
+        return op.result
+
     def broadcast(self, tensor: torch.Tensor, src: int) -> None:
         def reduce(o: _Op) -> None:
             with torch.no_grad():
@@ -335,22 +343,13 @@ class ThreadGroup:
                     if r != src:
                         t.copy_(o.inputs[src])
 
-        seq = self._next()
-        op = self.rendezvous.arrive(self.rank, seq, f"broadcast-{src}", tensor, reduce)
-        self.rendezvous.wait(op, self.rank)
+        self.collective(f"broadcast-{src}", tensor, reduce)
 
     def all_gather_object(self, obj: Any) -> list[Any]:
-        seq = self._next()
-        op = self.rendezvous.arrive(
-            self.rank, seq, "all_gather_object", obj, lambda o: list(o.inputs)
-        )
-        self.rendezvous.wait(op, self.rank)
-        return list(op.result)
+        return list(self.collective("all_gather_object", obj, lambda o: list(o.inputs)))
 
     def barrier(self) -> None:
-        seq = self._next()
-        op = self.rendezvous.arrive(self.rank, seq, "barrier", None, lambda o: None)
-        self.rendezvous.wait(op, self.rank)
+        self.collective("barrier", None, lambda o: None)
 
 
 # ---------------------------------------------------------------------------------------------

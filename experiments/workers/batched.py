@@ -44,7 +44,7 @@ import torch.nn.functional as F
 from torch import nn
 from torch.func import functional_call, vmap
 
-from algorithms.group import Rendezvous
+from algorithms.group import ThreadGroup
 from experiments.errors import UserError
 
 # cluster.batched=auto batches on a GPU, and on a CPU from this many workers: measured on 2
@@ -98,26 +98,24 @@ class BatchedSteps:
 
     def __init__(self, world_size: int, timeout_s: float):
         self.m = world_size
-        self.rendezvous = Rendezvous(world_size, timeout_s, name="batched steps")
-        self._seq = [0] * world_size
+        # the passes are collectives of their own group (matched by sequence number, failures
+        # and timeouts as for the workers' other collectives)
+        self.groups = ThreadGroup.create(world_size, timeout_s, name="batched steps")
         self.params: dict[str, torch.Tensor] = {}  # name -> [m, *shape], leaves of autograd
         self.buffers: dict[str, torch.Tensor] = {}  # name -> [m, *shape]
         self._base: nn.Module | None = None  # the structure, on the meta device
         self._own: list[list[tuple[str, nn.Parameter]]] = [[] for _ in range(world_size)]
 
-    def _collective(self, rank: int, kind: str, value: Any, reduce) -> Any:
-        seq = self._seq[rank]
-        self._seq[rank] += 1
-        op = self.rendezvous.arrive(rank, seq, kind, value, reduce)
-        self.rendezvous.wait(op, rank)
-        return op.result
+    def abort(self, message: str, error: type[BaseException]) -> None:
+        """Make every worker's wait for a batched pass raise `error(message)` (sim.py)."""
+        self.groups[0].abort(message, error)
 
     # set-up ------------------------------------------------------------------------------------
 
     def adopt(self, rank: int, model: nn.Module) -> None:
         """Make `model`'s parameters and buffers views of row `rank` of the stacked tensors
         (their values kept). Every worker calls it, with replicas of one architecture."""
-        self._collective(rank, "adopt", model, self._stack)
+        self.groups[rank].collective("adopt", model, self._stack)
         stacked = self.params
         for name, p in list(model.named_parameters()):
             owner, leaf = _owner(model, name)
@@ -167,7 +165,7 @@ class BatchedSteps:
         loss.backward()` for worker `rank`, computed with every other worker's in one pass.
         Returns this worker's loss (detached)."""
         optimizer.zero_grad(set_to_none=True)
-        losses = self._collective(rank, "step", (x, y, model.training), self._step)
+        losses = self.groups[rank].collective("step", (x, y, model.training), self._step)
         for name, p in self._own[rank]:
             grad = self.params[name].grad
             p.grad = None if grad is None else grad[rank]

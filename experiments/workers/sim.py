@@ -136,7 +136,7 @@ def run(cfg: dict[str, Any], run_dir: Path, bundle, train_worker: Callable) -> b
         groups[0].abort(message, error)
         controls[0].abort(message, error)
         if batched is not None:  # workers waiting for a batched pass stop too
-            batched.rendezvous.abort(message, error)
+            batched.abort(message, error)
 
     def worker(rank: int) -> None:
         use(groups[rank])  # a `Comm()` made in this thread talks to the other threads
