@@ -796,6 +796,7 @@ def train_worker(
         progress=cfg.get("progress", True),
         heartbeat=run_dir / HEARTBEAT if rank == 0 else None,
         forward_backward=None if batched is None else partial(batched.forward_backward, rank),
+        optimizer_step=None if batched is None else partial(batched.optimizer_step, rank),
     )
     try:
         result = train(

@@ -5,11 +5,15 @@ backward passes as one vmap call over stacked replicas.
   alone (float64, 1e-12), for equal and unequal batch shapes; its parameters and buffers are
   views of the stacked tensors (the optimizer's update lands there); gradient-ready hooks fire
   once per parameter.
+- The optimizer step: one torch SGD update of the stacked tensors leaves every worker where
+  its own SGD would (momentum, Nesterov, dampening, weight decay; 1e-12), its state holding
+  rows of the stacked buffer; workers whose settings differ step their own; gradients or
+  buffers an algorithm or a restore replaced are taken as they are.
 - Same trajectories: for every algorithm it serves, a batched run logs the metrics of the same
   run with one thread per worker (tests/test_sim.py's configuration: heterogeneous workers,
   stragglers, a slow network; float64 within 1e-12, float32 the same accuracy curves).
 - A batched run stopped and resumed equals the uninterrupted one, and its checkpoint holds
-  each worker's own tensors, not the stacked ones.
+  each worker's own tensors (parameters and momentum buffers), not the stacked ones.
 - A worker that raises ends the run at once: the others stop in the batched pass (a hung one
   times out naming it: tests/test_sim.py, with and without batching).
 - What it cannot run is a one-line error before the run starts: OSP/LOSP (collectives at
@@ -148,6 +152,133 @@ def test_consecutive_passes_do_not_accumulate_gradients():
             torch.testing.assert_close(p, q.detach(), rtol=0, atol=1e-12)
 
 
+def _sgd_trajectories(m: int, settings: list[dict], between=None, steps_n: int = 3):
+    """Each of m workers takes steps_n batched passes, each followed by the loop's batched
+    optimizer step with its SGD `settings[rank]` (`between(rank, step, model, opt)` runs in
+    between), against each replica trained alone with its own torch SGD. Returns (the batched
+    workers' parameters, the replicas' parameters, the BatchedSteps, how many times a worker's
+    own optimizer.step ran, the workers' optimizers)."""
+    torch.manual_seed(0)
+    replicas = [TinyCNN(1, 10, width=4).double() for _ in range(m)]
+    alone = copy.deepcopy(replicas)
+    steps = BatchedSteps(m, timeout_s=60)
+    g = torch.Generator().manual_seed(3)
+    data = [
+        [
+            (
+                torch.randn(6, 1, 8, 8, generator=g, dtype=torch.float64),
+                torch.randint(0, 10, (6,), generator=g),
+            )
+            for _ in range(steps_n)
+        ]
+        for _ in range(m)
+    ]
+    own_steps, opts = [0] * m, [None] * m
+
+    def work(rank: int):
+        model = replicas[rank]
+        steps.adopt(rank, model)
+        opt = opts[rank] = torch.optim.SGD(model.parameters(), **settings[rank])
+        plain = opt.step
+
+        def counted(*a, **k):
+            own_steps[rank] += 1
+            return plain(*a, **k)
+
+        opt.step = counted
+        for i, (x, y) in enumerate(data[rank]):
+            steps.forward_backward(rank, model, opt, x, y)
+            if between is not None:
+                between(rank, i, model, opt)
+            steps.optimizer_step(rank, opt)
+        return [p.detach().clone() for p in model.parameters()]
+
+    got = _in_threads(m, work)
+    want = []
+    for r, ref in enumerate(alone):
+        opt = torch.optim.SGD(ref.parameters(), **settings[r])
+        for i, (x, y) in enumerate(data[r]):
+            opt.zero_grad()
+            F.cross_entropy(ref(x), y).backward()
+            if between is not None:
+                between(r, i, ref, opt)
+            opt.step()
+        want.append([p.detach().clone() for p in ref.parameters()])
+    return got, want, steps, own_steps, opts
+
+
+def _assert_same(got, want):
+    for r, (a, b) in enumerate(zip(got, want, strict=True)):
+        for p, q in zip(a, b, strict=True):
+            torch.testing.assert_close(p, q, rtol=0, atol=1e-12, msg=f"worker {r}")
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        dict(lr=0.1, momentum=0.9, weight_decay=5e-4),
+        dict(lr=0.05, momentum=0.9, nesterov=True, weight_decay=1e-3),
+        dict(lr=0.1, momentum=0.5, dampening=0.3),
+        dict(lr=0.1, weight_decay=1e-3),  # no momentum buffers
+    ],
+    ids=["momentum", "nesterov", "dampening", "plain"],
+)
+def test_one_batched_update_equals_each_workers_own_sgd_steps(settings):
+    """The loop's optimizer step, batched: one torch SGD update of the stacked tensors leaves
+    every worker's parameters where its own optimizer would have, step after step, and its
+    optimizer state holds its row of the stacked momentum buffer (views, no copies)."""
+    m = 3
+    got, want, steps, own_steps, opts = _sgd_trajectories(m, [settings] * m)
+    _assert_same(got, want)
+    assert own_steps == [0] * m  # no worker stepped on its own
+    momentum = settings.get("momentum", 0) != 0
+    assert bool(steps.momentum) == momentum
+    for r, opt in enumerate(opts):
+        for name, p in opt_named(steps, r, opt):
+            buf = opt.state[p].get("momentum_buffer")
+            if momentum:
+                assert buf.data_ptr() == steps.momentum[name][r].data_ptr(), name
+            else:
+                assert buf is None
+
+
+def opt_named(steps: BatchedSteps, rank: int, opt) -> list:
+    names = {id(p): n for n, p in steps._own[rank]}
+    return [(names[id(p)], p) for p in opt.param_groups[0]["params"]]
+
+
+def test_workers_whose_optimizers_differ_each_step_their_own():
+    """Settings that differ between workers (one learning rate here): no stacked update can
+    stand for the m steps, so each worker steps its own optimizer, with the same result."""
+    settings = [dict(lr=0.1, momentum=0.9), dict(lr=0.2, momentum=0.9)]
+    got, want, steps, own_steps, _ = _sgd_trajectories(2, settings)
+    _assert_same(got, want)
+    assert own_steps == [3, 3]
+    assert not steps.momentum
+
+
+def test_gradients_and_buffers_an_algorithm_replaced_are_taken_as_they_are():
+    """An algorithm that sets gradient tensors of its own (not rows of the stacked gradient),
+    or momentum buffers (a checkpoint's, restored): the batched update stacks what the workers
+    hold, and the buffers become rows of the stacked one again."""
+
+    def between(rank, step, model, opt):
+        for p in model.parameters():
+            p.grad = p.grad * (1 + rank)  # a new tensor
+        if step == 1:  # what a restore does: the state's tensors replaced by copies
+            opt.load_state_dict(copy.deepcopy(opt.state_dict()))
+
+    settings = dict(lr=0.1, momentum=0.9, weight_decay=5e-4)
+    got, want, steps, own_steps, opts = _sgd_trajectories(2, [settings] * 2, between)
+    _assert_same(got, want)
+    assert own_steps == [0, 0]
+    for r, opt in enumerate(opts):
+        for name, p in opt_named(steps, r, opt):
+            assert opt.state[p]["momentum_buffer"].data_ptr() == (
+                steps.momentum[name][r].data_ptr()
+            )
+
+
 def cases() -> dict[str, tuple[str, list[str]]]:
     return {
         f"{name}-{dtype}": (name, [f"algorithm={name}", f"dtype={dtype}"])
@@ -182,6 +313,10 @@ def test_a_batched_run_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path
     )
     for name, t in state["model"].items():
         assert t.untyped_storage().nbytes() == t.numel() * t.element_size(), name
+    buffers = [s["momentum_buffer"] for s in state["optimizer"]["state"].values()]
+    assert buffers  # the stacked momentum buffers' rows, copied out
+    for t in buffers:
+        assert t.untyped_storage().nbytes() == t.numel() * t.element_size()
     assert sim_run(cut, tmp_path / "cut") == "completed"
     assert rows(tmp_path / "cut") == rows(tmp_path / "full")
 

@@ -62,6 +62,9 @@ class LoopSettings:
     # zero_grad -> forward -> backward of one step, returning the loss: `forward_backward`
     # below, or the in-process workers' batched pass (experiments/workers/batched.py)
     forward_backward: Callable[..., torch.Tensor] | None = None
+    # the step of the local optimizer: `optimizer.step()`, or the in-process workers' batched
+    # update (experiments/workers/batched.py)
+    optimizer_step: Callable[[torch.optim.Optimizer], None] | None = None
 
 
 @dataclass
@@ -130,6 +133,7 @@ def train(
     stopped on a request, after a checkpoint."""
     model, optimizer, ledger = algo.model, algo.optimizer, comm.ledger
     step_pass = settings.forward_backward or forward_backward
+    update = settings.optimizer_step or optimizer_step
     steps_per_epoch = len(train_loader)
     total_steps = settings.epochs * steps_per_epoch
     clock, times, pos = comm.clock, Times(), Position()
@@ -199,7 +203,7 @@ def train(
             calls_before, h0 = ledger.call_s, time.perf_counter()
             algo.before_step(step)
             h1 = time.perf_counter()
-            optimizer.step()
+            update(optimizer)
             h2 = time.perf_counter()
             algo.after_step(step)
             h3 = time.perf_counter()
@@ -340,6 +344,11 @@ def train(
     }
 
 
+def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
+    """The loop's update of one worker's parameters (LoopSettings.optimizer_step)."""
+    optimizer.step()
+
+
 def forward_backward(model, optimizer, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     """One step's zero_grad -> forward -> backward; returns the loss."""
     loss = F.cross_entropy(model(x), y)
@@ -391,9 +400,11 @@ def capture(algo: Algorithm, comm: Comm, times: Times, pos: Position, train_load
     rng = {"torch": torch.get_rng_state()}
     if torch.cuda.is_available() and torch.cuda.is_initialized():
         rng["cuda"] = torch.cuda.get_rng_state_all()
+    optimizer = algo.optimizer.state_dict()
+    optimizer["state"] = {k: _own_storage(v) for k, v in optimizer["state"].items()}
     return {
         "model": _own_storage(algo.model.state_dict()),
-        "optimizer": algo.optimizer.state_dict(),
+        "optimizer": optimizer,
         "algorithm": algo.state_dict(),
         "rng": rng,
         "clock": comm.clock.now() if comm.clock.virtual else None,
@@ -405,7 +416,7 @@ def capture(algo: Algorithm, comm: Comm, times: Times, pos: Position, train_load
 
 def _own_storage(tensors: dict) -> dict:
     """`tensors` with each view of a larger tensor copied out: torch.save writes a view's whole
-    storage (the batched workers' parameters are rows of stacked tensors,
+    storage (the batched workers' parameters and momentum buffers are rows of stacked tensors,
     experiments/workers/batched.py)."""
     return {
         k: v.clone()
