@@ -13,16 +13,16 @@ What each worker keeps unchanged: its module (whose parameters and buffers are n
 its checkpoints read and write the stacked values with no copy), its optimizer, algorithm, data
 shard, random streams, evaluation and checkpoints. Two steps of the loop are batched. Its
 three lines `loss = cross_entropy(model(x), y); zero_grad(); loss.backward()` become
-`forward_backward`: each worker brings its batch; the last to arrive runs the batched pass for all (in rank order,
-as the in-process reducer does, so nothing depends on thread scheduling); each then takes its row
-of the stacked gradient as its parameters' `.grad` (a view, no copy) and fires their
-gradient-ready hooks, as autograd would have. Its `optimizer.step()` becomes `optimizer_step`:
-when the m optimizers are torch SGD with the same settings over the workers' own parameters
-(every algorithm's local optimizer), one call of torch's SGD on the stacked parameters,
-gradients and momentum buffers updates all m, each worker's optimizer state then holding its
-row of the stacked buffer; otherwise (settings that differ, another optimizer, step hooks) each
-worker steps its own, as unbatched. Whatever the algorithm's hooks do between the two (average
-gradients, replace them) they do on the worker's own tensors, as before.
+`forward_backward`: each worker brings its batch; the last to arrive runs the batched pass for
+all (in rank order, as the in-process reducer does, so nothing depends on thread scheduling);
+each then takes its row of the stacked gradient as its parameters' `.grad` (a view, no copy)
+and fires their gradient-ready hooks, as autograd would have. Its `optimizer.step()` becomes
+`optimizer_step`: when the m optimizers are torch SGD with the same settings over the workers'
+own parameters (every algorithm's local optimizer), one call of torch's SGD on the stacked
+parameters, gradients and momentum buffers updates all m, each worker's optimizer state then
+holding its row of the stacked buffer; otherwise (settings that differ, another optimizer,
+step hooks) each worker steps its own, as unbatched. Whatever the algorithm's hooks do between
+the two (average gradients, replace them) they do on the worker's own tensors, as before.
 
 The m workers therefore compute every step together, in lock-step. That holds for an algorithm
 whose collectives start at the same loop step on every worker: the ones with
@@ -56,8 +56,8 @@ from algorithms.group import ThreadGroup
 from experiments.errors import UserError
 
 # cluster.batched=auto batches on a GPU, and on a CPU from this many workers: measured on 2
-# cores (`python -m benchmarks --only sim`), a thread per worker is faster at 4 workers (0.8 of
-# one model's speed against 0.5 batched) and slower at 16 (0.3 against 0.5).
+# cores (`python -m benchmarks --only sim`), a thread per worker is faster at 4 workers (0.77 of
+# one model's speed against 0.59 batched) and slower at 16 (0.3 against 0.6).
 AUTO_MIN_WORKERS_CPU = 8
 CHOICES = ("auto", "true", "false")
 
