@@ -51,6 +51,7 @@ from torch import nn
 from torch.func import functional_call, vmap
 from torch.optim.optimizer import _global_optimizer_post_hooks, _global_optimizer_pre_hooks
 from torch.optim.sgd import sgd
+from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 from algorithms.group import ThreadGroup
 from experiments.errors import UserError
@@ -345,7 +346,10 @@ class BatchedSteps:
 
 
 def _fusable(tensors: list[torch.Tensor]) -> bool:
-    return all(t.device.type in ("cpu", "cuda") and t.is_floating_point() for t in tensors)
+    """Whether torch's fused SGD kernel takes these tensors (the devices asked of the torch
+    installed, not assumed: its fused CPU kernels are recent)."""
+    devices = set(_get_fused_kernels_supported_devices()) & {"cpu", "cuda"}
+    return all(t.device.type in devices and t.is_floating_point() for t in tensors)
 
 
 def _owner(model: nn.Module, dotted: str) -> tuple[nn.Module, str]:
