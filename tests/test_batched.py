@@ -1,8 +1,10 @@
 """`cluster.batched=true` (experiments/workers/batched.py): the in-process workers' forward and
-backward passes as one vmap call over stacked replicas.
+backward passes as one pass over stacked replicas (the suite's models grouped by replica, any
+other model through vmap), their SGD steps as one update.
 
 - The pass itself: every worker's loss and gradient equal the ones its own replica computes
-  alone (float64, 1e-12), for equal and unequal batch shapes; its parameters and buffers are
+  alone (float64, 1e-12), for equal and unequal batch shapes, grouped (TinyCNN, ResNet-18)
+  and through vmap; its parameters and buffers are
   views of the stacked tensors (the optimizer's update lands there); gradient-ready hooks fire
   once per parameter.
 - The optimizer step: one torch SGD update of the stacked tensors leaves every worker where
@@ -37,7 +39,7 @@ import torch.nn.functional as F
 
 import algorithms
 from experiments.errors import WorkerFailed
-from experiments.training.models import TinyCNN
+from experiments.training.models import ResNet18, TinyCNN
 from experiments.workers.batched import BatchedSteps
 from tests.test_sim import DTYPES, assert_same_rows, config, rows, sim_run
 
@@ -65,11 +67,28 @@ def _in_threads(m: int, work) -> list:
     return out
 
 
+class VmapOnly(TinyCNN):
+    """TinyCNN without the grouped-replicas declaration: the batched pass is torch.func.vmap."""
+
+    replicas_groupable = False
+
+
+MODELS = {
+    "grouped": lambda: TinyCNN(1, 10, width=4),
+    "vmap": lambda: VmapOnly(1, 10, width=4),
+    # shortcut convolutions, four stages, the linear head (8x8 inputs: a 1x1 last stage)
+    "resnet18-grouped": lambda: ResNet18(10, 1, width=2),
+}
+
+
 @pytest.mark.parametrize("sizes", [(8, 8, 8), (8, 5, 8)], ids=["equal", "unequal"])
-def test_each_worker_gets_the_loss_and_gradient_of_its_own_replica(sizes):
+@pytest.mark.parametrize("kind", list(MODELS))
+def test_each_worker_gets_the_loss_and_gradient_of_its_own_replica(sizes, kind):
+    """Both batched passes: the m replicas as one grouped model (the suite's models), and
+    torch.func.vmap (any other model); a last, partial batch replica by replica."""
     torch.manual_seed(0)
     m = len(sizes)
-    replicas = [TinyCNN(1, 10, width=4).double() for _ in range(m)]  # different weights
+    replicas = [MODELS[kind]().double() for _ in range(m)]  # different weights
     alone = copy.deepcopy(replicas)
     g = torch.Generator().manual_seed(1)
     batches = [
@@ -110,6 +129,7 @@ def test_each_worker_gets_the_loss_and_gradient_of_its_own_replica(sizes):
             assert b.data_ptr() == steps.buffers[name][r].data_ptr()
             torch.testing.assert_close(b, c, rtol=0, atol=1e-12)  # BN statistics moved alike
         assert sorted(map(id, fired[r])) == sorted(map(id, model.parameters()))
+    assert (steps._grouped is not None) == kind.endswith("grouped")
 
 
 def test_consecutive_passes_do_not_accumulate_gradients():

@@ -47,6 +47,12 @@ class BasicBlock(nn.Module):
 class ResNet18(nn.Module):
     """CIFAR ResNet-18: stem, four stages of two BasicBlocks (width, 2w, 4w, 8w), pool, linear."""
 
+    # Between its Conv2d, BatchNorm2d and Linear layers the forward acts on each channel alone
+    # (ReLU, sums, pooling, flatten), so m replicas can run as one model with m times the
+    # channels, grouped by replica (the batched in-process workers: experiments/workers/
+    # batched.py). A forward that mixes channels otherwise must not say so.
+    replicas_groupable = True
+
     def __init__(self, num_classes: int = 10, in_channels: int = 3, width: int = 64) -> None:
         super().__init__()
         self.conv1 = nn.Conv2d(in_channels, width, 3, stride=1, padding=1, bias=False)
@@ -76,6 +82,8 @@ class TinyCNN(nn.Module):
     tests exercise the same BN-buffer handling (never averaged in training, averaged for the
     consensus evaluation) as the ResNet.
     """
+
+    replicas_groupable = True  # as ResNet18's
 
     def __init__(self, in_channels: int, num_classes: int, width: int = 8) -> None:
         super().__init__()

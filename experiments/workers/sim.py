@@ -25,23 +25,23 @@ checkpoints and resume, divergence, the exit codes. Differences:
 - one device for every worker (`cluster.device`), no NCCL; torch's intra-op threads are shared
   by the process: `threads_per_worker` (default cores / workers, at least 1) is set once.
 
-Design note: threads or a batched (vmap) model? Both; threads by default. Measured on this
-project's 2-core machine (ResNet-18 width 8 on digits, batch 32 per worker; `python -m benchmarks
---only sim` reruns it): the compute of m small models is dominated by per-operator overhead (a
-width-8 convolution's backward costs ~0.3 ms whatever its batch), so one model on the global
-batch of m x 32 runs ~2x (m = 4) to ~3x (m = 16) faster than m models one after the other.
-Threads keep every algorithm, its tests and its checkpoints exactly as they are, and reach
-~0.8 of the one-model speed at m = 4 but ~0.3 at m = 16. `cluster.batched=true`
+Design note: threads or a batched model (grouped, or vmap)? Both; threads by default. Measured
+on this project's 2-core machine (ResNet-18 width 8 on digits, batch 32 per worker; `python -m
+benchmarks --only sim` reruns it): the compute of m small models is dominated by per-operator
+overhead (a width-8 convolution's backward costs ~0.3 ms whatever its batch), so one model on
+the global batch of m x 32 runs ~2x (m = 4) to ~3x (m = 16) faster than m models one after the
+other. Threads keep every algorithm, its tests and its checkpoints exactly as they are, and
+reach ~0.8 of the one-model speed at m = 4 but ~0.3 at m = 16. `cluster.batched=true`
 (experiments/workers/batched.py) keeps each worker's module, optimizer, algorithm and data in
-its thread but computes the m forward and backward passes as one `torch.func.vmap` call over
-stacked replicas (one grouped kernel per operator), and the m SGD steps as one update of the
-stacked tensors: ~0.6 at m = 16 on this CPU (0.5 with the m optimizer steps one per worker;
-the data loaders and hooks, still one per worker, are most of the rest), ~0.6 at m = 4,
-where the threads' two cores do better. It needs the workers in lock-step, so OSP and
-LOSP (collectives at rank-dependent steps) run with threads only. On a GPU, where m threads
-would queue m small kernels per operator through one interpreter, batched is the way to run
-the papers' 16 workers. `cluster.batched=auto` (the default) therefore batches on a GPU and,
-on a CPU, from AUTO_MIN_WORKERS_CPU workers, where the algorithm allows it.
+its thread but computes the m forward and backward passes as one pass over stacked replicas (one
+grouped kernel per operator), and the m SGD steps as one update of the stacked tensors: ~0.6 at
+m = 16 on this CPU (0.5 with the m optimizer steps one per worker; the data loaders and hooks,
+still one per worker, are most of the rest), ~0.6 at m = 4, where the threads' two cores do
+better. It needs the workers in lock-step, so OSP and LOSP (collectives at rank-dependent steps)
+run with threads only. On a GPU, where m threads would queue m small kernels per operator
+through one interpreter, batched is the way to run the papers' 16 workers.
+`cluster.batched=auto` (the default) therefore batches on a GPU and, on a CPU, from
+AUTO_MIN_WORKERS_CPU workers, where the algorithm allows it.
 """
 
 from __future__ import annotations
