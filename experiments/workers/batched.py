@@ -237,7 +237,7 @@ class BatchedSteps:
     def _grouped_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Each replica's mean loss on its batch (x [m, B, C, ...], y [m, B]), computed by the
         grouped model on the replicas' inputs side by side as channels: [B, m*C, ...]."""
-        m, batch = y.shape
+        m = y.shape[0]
         logits = functional_call(
             self._grouped, (self.params, self.buffers), (x.transpose(0, 1).flatten(1, 2),)
         )  # [B, m * classes]
