@@ -61,8 +61,8 @@ from algorithms.group import ThreadGroup
 from experiments.errors import UserError
 
 # cluster.batched=auto batches on a GPU, and on a CPU from this many workers: measured on 2
-# cores (`python -m benchmarks --only sim`), a thread per worker is faster at 4 workers (0.77 of
-# one model's speed against 0.59 batched) and slower at 16 (0.3 against 0.6).
+# cores (`python -m benchmarks --only sim`), a thread per worker is faster at 4 workers (0.88 of
+# one model's speed against 0.69 batched) and slower at 16 (0.26 against 0.65).
 AUTO_MIN_WORKERS_CPU = 8
 CHOICES = ("auto", "true", "false")
 
@@ -169,7 +169,11 @@ class BatchedSteps:
             return F.cross_entropy(functional_call(self._base, (params, buffers), (x,)), y)
 
         self._loss_of = loss_of
-        self._batched = vmap(loss_of, randomness="error")
+        # every replica's loss on its batch, in one pass: grouped where the model allows it
+        if self._grouped is not None:
+            self._batched = self._grouped_losses
+        else:
+            self._batched = vmap(loss_of, randomness="error")
 
     # every step --------------------------------------------------------------------------------
 
@@ -211,11 +215,7 @@ class BatchedSteps:
             p.grad = None
         with torch.enable_grad():
             if len({(x.shape, y.shape) for x, y in zip(xs, ys, strict=True)}) == 1:
-                x, y = torch.stack(xs), torch.stack(ys)
-                if self._grouped is not None:
-                    losses = self._grouped_losses(x, y)
-                else:
-                    losses = self._batched(self.params, self.buffers, x, y)
+                losses = self._batched(self.params, self.buffers, torch.stack(xs), torch.stack(ys))
             else:  # shapes differ (a last, partial batch): replica by replica
                 losses = torch.stack(
                     [
@@ -234,12 +234,13 @@ class BatchedSteps:
         }
         return losses.detach()
 
-    def _grouped_losses(self, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+    def _grouped_losses(self, params, buffers, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
         """Each replica's mean loss on its batch (x [m, B, C, ...], y [m, B]), computed by the
-        grouped model on the replicas' inputs side by side as channels: [B, m*C, ...]."""
+        grouped model on the replicas' inputs side by side as channels: [B, m*C, ...]. The
+        same call as the vmapped loss (`_batched`)."""
         m = y.shape[0]
         logits = functional_call(
-            self._grouped, (self.params, self.buffers), (x.transpose(0, 1).flatten(1, 2),)
+            self._grouped, (params, buffers), (x.transpose(0, 1).flatten(1, 2),)
         )  # [B, m * classes]
         per_sample = F.cross_entropy(
             logits.unflatten(1, (m, -1)).permute(0, 2, 1), y.t(), reduction="none"
@@ -380,7 +381,8 @@ def _grouped(model: nn.Module, m: int) -> nn.Module | None:
     Why by hand: `torch.func.vmap` of the same model does the same arithmetic, but batches a
     convolution by moving the replica dimension in and out of the channels around every layer
     and BatchNorm through a decomposition into elementwise operators (its batching rules);
-    measured on 16 width-8 ResNet-18s on 2 cores, the grouped model's pass is ~25% faster."""
+    measured on 16 width-8 ResNet-18s on 2 cores, the grouped model's pass takes ~0.8 of
+    vmap's time."""
     if not getattr(type(model), "replicas_groupable", False) or _has_state(model):
         return None
     grouped = copy.deepcopy(model)
@@ -476,11 +478,13 @@ class _GroupedLinear(nn.Module):
         return out.flatten(1)
 
 
+# The devices torch's fused SGD kernel takes, asked of the torch installed (not assumed: its
+# fused CPU kernels are recent), among the two this path is tested on.
+_FUSED_DEVICES = frozenset(_get_fused_kernels_supported_devices()) & {"cpu", "cuda"}
+
+
 def _fusable(tensors: list[torch.Tensor]) -> bool:
-    """Whether torch's fused SGD kernel takes these tensors (the devices asked of the torch
-    installed, not assumed: its fused CPU kernels are recent)."""
-    devices = set(_get_fused_kernels_supported_devices()) & {"cpu", "cuda"}
-    return all(t.device.type in devices and t.is_floating_point() for t in tensors)
+    return all(t.device.type in _FUSED_DEVICES and t.is_floating_point() for t in tensors)
 
 
 def _owner(model: nn.Module, dotted: str) -> tuple[nn.Module, str]:

@@ -34,9 +34,9 @@ other. Threads keep every algorithm, its tests and its checkpoints exactly as th
 reach ~0.8 of the one-model speed at m = 4 but ~0.3 at m = 16. `cluster.batched=true`
 (experiments/workers/batched.py) keeps each worker's module, optimizer, algorithm and data in
 its thread but computes the m forward and backward passes as one pass over stacked replicas (one
-grouped kernel per operator), and the m SGD steps as one update of the stacked tensors: ~0.6 at
+grouped kernel per operator), and the m SGD steps as one update of the stacked tensors: ~0.65 at
 m = 16 on this CPU (0.5 with the m optimizer steps one per worker; the data loaders and hooks,
-still one per worker, are most of the rest), ~0.6 at m = 4, where the threads' two cores do
+still one per worker, are most of the rest), ~0.7 at m = 4, where the threads' two cores do
 better. It needs the workers in lock-step, so OSP and LOSP (collectives at rank-dependent steps)
 run with threads only. On a GPU, where m threads would queue m small kernels per operator
 through one interpreter, batched is the way to run the papers' 16 workers.
