@@ -332,3 +332,44 @@ def test_workers_forked_by_the_forkserver_start_with_the_stop_signals_blocked(tm
     assert out.returncode == 0, out.stderr
     blocked = set(json.loads(out.stdout.strip().splitlines()[-1]))
     assert {int(s) for s in startup.STOP_SIGNALS} <= blocked, blocked
+
+
+def test_the_eager_dynamo_stand_in_is_not_imported_by_a_scan_of_the_modules(tmp_path):
+    """experiments/workers/startup.py's stand-in for torch._dynamo: an optimizer step and a
+    scan of sys.modules (`inspect.getmodule`, which `import wandb` runs through pydantic) leave
+    it a stand-in; asking for dynamo itself (a submodule, an attribute) imports the real one.
+    In a fresh interpreter: this one may have imported dynamo already."""
+    import subprocess
+    import sys
+
+    code = (
+        "import inspect, sys, torch\n"
+        "from experiments.workers.startup import defer_dynamo\n"
+        "defer_dynamo()\n"
+        "real = lambda: 'torch._dynamo.eval_frame' in sys.modules\n"
+        "net = torch.nn.Linear(3, 2)\n"
+        "opt = torch.optim.SGD(net.parameters(), lr=0.1, momentum=0.9)\n"
+        "net(torch.ones(1, 3)).sum().backward()\n"
+        "opt.step()\n"
+        "namespace = {}\n"
+        "exec('def made_here(): pass', namespace)\n"
+        "assert inspect.getmodule(namespace['made_here']) is None\n"
+        "import wandb\n"
+        "after_scan = real()\n"
+        "import torch._dynamo.config\n"
+        "print(after_scan, real(), callable(torch._dynamo.reset))\n"
+    )
+    script = tmp_path / "dynamo_check.py"
+    script.write_text(code)
+    root = str(Path(__file__).resolve().parents[1])
+    env = {k: v for k, v in os.environ.items() if k != "COMMSGD_EAGER_DYNAMO"}
+    out = subprocess.run(
+        [sys.executable, str(script)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+        cwd=root,
+        env={**env, "PYTHONPATH": root},
+    )
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["False", "True", "True"], out.stdout
