@@ -295,9 +295,6 @@ def test_workers_forked_by_the_forkserver_start_with_the_stop_signals_blocked(tm
     """A stop that comes while a worker starts up must wait for its handlers: the forkserver
     (started by startup.warm, in a fresh process as run.py starts it) passes the blocked stop
     signals on to every worker it forks."""
-    import subprocess
-    import sys
-
     from experiments.workers import startup
 
     if startup.start_method() != "forkserver":
@@ -318,19 +315,7 @@ def test_workers_forked_by_the_forkserver_start_with_the_stop_signals_blocked(tm
     )
     # A Process that returns, not a Pool: Pool's exit stops its workers with SIGTERM, which a
     # worker forked with the stop signals blocked never receives (the join hung in a CI run).
-    script = tmp_path / "mask_check.py"
-    script.write_text(code)
-    root = str(Path(__file__).resolve().parents[1])
-    out = subprocess.run(
-        [sys.executable, str(script)],
-        capture_output=True,
-        text=True,
-        timeout=300,
-        cwd=root,
-        env={**os.environ, "PYTHONPATH": root},
-    )
-    assert out.returncode == 0, out.stderr
-    blocked = set(json.loads(out.stdout.strip().splitlines()[-1]))
+    blocked = set(json.loads(_fresh_python(tmp_path / "mask_check.py", code)))
     assert {int(s) for s in startup.STOP_SIGNALS} <= blocked, blocked
 
 
@@ -339,9 +324,6 @@ def test_the_eager_dynamo_stand_in_is_not_imported_by_a_scan_of_the_modules(tmp_
     scan of sys.modules (`inspect.getmodule`, which `import wandb` runs through pydantic) leave
     it a stand-in; asking for dynamo itself (a submodule, an attribute) imports the real one.
     In a fresh interpreter: this one may have imported dynamo already."""
-    import subprocess
-    import sys
-
     code = (
         "import inspect, sys, torch\n"
         "from experiments.workers.startup import defer_dynamo\n"
@@ -359,17 +341,26 @@ def test_the_eager_dynamo_stand_in_is_not_imported_by_a_scan_of_the_modules(tmp_
         "import torch._dynamo.config\n"
         "print(after_scan, real(), callable(torch._dynamo.reset))\n"
     )
-    script = tmp_path / "dynamo_check.py"
+    env = {k: v for k, v in os.environ.items() if k != "COMMSGD_EAGER_DYNAMO"}
+    out = _fresh_python(tmp_path / "dynamo_check.py", code, env)
+    assert out.split() == ["False", "True", "True"], out
+
+
+def _fresh_python(script: Path, code: str, env: dict | None = None) -> str:
+    """The last line `code` prints, run as `script` by a fresh interpreter from the
+    repository root (the suite importable); fails the test when it fails."""
+    import subprocess
+    import sys
+
     script.write_text(code)
     root = str(Path(__file__).resolve().parents[1])
-    env = {k: v for k, v in os.environ.items() if k != "COMMSGD_EAGER_DYNAMO"}
     out = subprocess.run(
         [sys.executable, str(script)],
         capture_output=True,
         text=True,
         timeout=300,
         cwd=root,
-        env={**env, "PYTHONPATH": root},
+        env={**(os.environ if env is None else env), "PYTHONPATH": root},
     )
     assert out.returncode == 0, out.stderr
-    assert out.stdout.split() == ["False", "True", "True"], out.stdout
+    return out.stdout.strip().splitlines()[-1]
