@@ -137,19 +137,14 @@ class _EagerDynamo(types.ModuleType):
         return fn
 
     def __getattr__(self, name: str) -> Any:
-        if name in _PROBES:
-            # A probe of every module in sys.modules, not a use of dynamo: answered "absent"
-            # (a stand-in has no file), so it does not import the real one.
+        if name == "__file__":
+            # Not a use of dynamo but a scan of sys.modules: `inspect.getmodule` (run by
+            # pydantic for each model class it builds, so by `import wandb`) asks every module
+            # for its file. That imported the real dynamo on rank 0's W&B thread (~6% of a demo
+            # run's samples, py-spy). A stand-in has no file. (`__path__` still hands over:
+            # importing a submodule, `import torch._dynamo.config`, needs the real one.)
             raise AttributeError(name)
         return getattr(_real_dynamo(), name)
-
-
-#: Attributes that code asks of every module it finds in sys.modules, for any of them.
-#: `inspect.getmodule` (run by pydantic for each model class it builds, so by `import wandb`)
-#: checks `hasattr(module, "__file__")` on each: once the real dynamo was imported that way, on
-#: the W&B thread of rank 0 (~6% of a demo run's samples, measured with py-spy). `__path__`
-#: is not among them: importing a submodule (`import torch._dynamo.config`) needs the real one.
-_PROBES = frozenset({"__file__", "__cached__", "__wrapped__"})
 
 
 def _real_dynamo() -> types.ModuleType:
