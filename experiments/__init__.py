@@ -8,6 +8,7 @@ import os
 from omegaconf import DictConfig, OmegaConf
 
 from experiments.config import schema  # noqa: F401 - registers the structured configs
+from experiments.config.tuned import tuned_lr
 
 NAME_MAX, PATH_MAX = 255, 4096  # bytes of a path component, of a path (Linux)
 
@@ -72,3 +73,4 @@ def ceil_div(a, b) -> int:
 OmegaConf.register_new_resolver("out_dir", out_dir, replace=True)
 OmegaConf.register_new_resolver("run_name", run_name, replace=True)
 OmegaConf.register_new_resolver("ceil_div", ceil_div, replace=True)
+OmegaConf.register_new_resolver("tuned_lr", tuned_lr, replace=True)

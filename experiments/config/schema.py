@@ -225,6 +225,11 @@ class Config:
 @dataclass
 class Dataset:
     name: str = MISSING  # the option's name (= its file stem)
+    # Share of the training split held out as a validation set (stratified, fixed seed, the same
+    # for every method; experiment=tune chooses learning rates on it). 0 = none. When > 0 the
+    # workers train on the rest and every evaluation (the records' `test/*`) is on the
+    # validation set: the test set is never seen.
+    validation_fraction: float = 0.0
 
 
 @dataclass

@@ -21,6 +21,7 @@ worker processes, whether the loader uses worker processes or not, and a run res
 restores the whole stream from the generator's state at the epoch's start.
 """
 
+import dataclasses
 import itertools
 import re
 from collections.abc import Mapping
@@ -65,6 +66,7 @@ class TensorImageDataset(Dataset):
 
 def prepare_dataset(cfg: Mapping) -> None:
     """Make sure the data is there (downloading CIFAR-10 if allowed) and the config is valid."""
+    _validation_fraction(cfg)
     name = cfg.get("name")
     if name == "cifar10":
         from experiments.data import cifar10  # torchvision costs seconds to import: only when used
@@ -79,17 +81,62 @@ def prepare_dataset(cfg: Mapping) -> None:
 
 
 def load_dataset(cfg: Mapping) -> DataBundle:
-    """Load the dataset named by the Hydra `dataset` node; never downloads."""
+    """Load the dataset named by the Hydra `dataset` node; never downloads. With
+    `validation_fraction` > 0, its `test` is the validation split held out of `train`."""
     name = cfg.get("name")
     if name == "cifar10":
         from experiments.data import cifar10
 
-        return cifar10.load(cfg)
-    if name == "digits":
-        return _load_digits(cfg)
-    if name == "synthetic":
-        return _load_synthetic(cfg)
-    _unknown(name)
+        bundle = cifar10.load(cfg)
+    elif name == "digits":
+        bundle = _load_digits(cfg)
+    elif name == "synthetic":
+        bundle = _load_synthetic(cfg)
+    else:
+        _unknown(name)
+    fraction = _validation_fraction(cfg)
+    return hold_out_validation(bundle, fraction) if fraction > 0 else bundle
+
+
+VALIDATION_SEED = 0  # the validation split's seed: one split for every method, seed and run
+
+
+def _validation_fraction(cfg: Mapping) -> float:
+    fraction = _float(cfg, "validation_fraction", 0.0)
+    if not 0 <= fraction < 1:
+        raise UserError(f"dataset.validation_fraction must be in [0, 1), got {fraction:g}")
+    return fraction
+
+
+def hold_out_validation(bundle: DataBundle, fraction: float) -> DataBundle:
+    """`bundle` with a stratified share `fraction` of its training split held out as its
+    evaluation set (`test`), the rest as `train`: the split experiment=tune chooses learning
+    rates on, so that the test set never takes part in a choice (shared/docs/tuning.md). The
+    held-out items are the dataset's own, un-augmented (augmentation is applied by the sampler's
+    keys, `Augmented`, to the training items only)."""
+    from sklearn.model_selection import train_test_split
+    from torch.utils.data import Subset
+
+    indices = np.arange(len(bundle.train_labels))
+    try:
+        train_idx, val_idx = train_test_split(
+            indices,
+            test_size=fraction,
+            stratify=bundle.train_labels,
+            random_state=VALIDATION_SEED,
+        )
+    except ValueError as e:
+        raise UserError(
+            f"{bundle.name}: cannot hold out validation_fraction={fraction:g} of"
+            f" {len(indices)} training samples: {one_line(e)}"
+        ) from None
+    train_idx, val_idx = np.sort(train_idx), np.sort(val_idx)
+    return dataclasses.replace(
+        bundle,
+        train=Subset(bundle.train, train_idx.tolist()),
+        test=Subset(bundle.train, val_idx.tolist()),
+        train_labels=bundle.train_labels[train_idx],
+    )
 
 
 def _unknown(name: object) -> NoReturn:
