@@ -44,7 +44,7 @@ SWEEP = $(PY) -m experiments.sweep --cluster $(strip $(CLUSTER)) $(SWEEP_ARGS) $
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-fast test-unit test-dist test-e2e test-slurm lint fmt demo \
-	smoke clean table1 table2 figures report bench bench-quick gpu-check docs
+	smoke clean table1 table2 figures tune report bench bench-quick gpu-check docs
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -102,6 +102,11 @@ table2: $(STAMP) ## Table 2 (non-IID): run missing points, write $(OUT)/results/
 figures: $(STAMP) ## Figures 4 and 5 of the Overlap-Local-SGD paper (runs what is missing)
 	$(call SWEEP,fig4)
 	$(call SWEEP,fig5)
+
+tune: $(STAMP) ## Each method's base LR on a validation split (experiment=tune, cluster=sim), written to conf/tuned/$(SCALE).yaml
+	$(PY) -m experiments.sweep tune --cluster sim --scale $(SCALE) --out-root "$(OUT)" $(if $(RESULTS),--results "$(RESULTS)")
+	$(PY) -m analysis.tune "$(OUT)/tune/runs" --scale $(SCALE) \
+		--command "make tune SCALE=$(SCALE)"
 
 report: table1 table2 figures ## Every preset: tables, figures, LOSP, pseudo-sync, low-comm studies
 	$(call SWEEP,losp)

@@ -28,6 +28,10 @@ The rules, written into every `claims.md` (`METHOD`):
   one whose runs all diverged loses to any that completed). Time and communication statistics
   use completed runs only (a diverged run stopped early). Divergence itself is an event, not a
   mean: "X diverges" is an observation (at least one run diverged), stated as such.
+- Convergence. A comparison of accuracies (or of times to an accuracy) cannot tell ("not
+  converged: cannot tell") when the runs of a side did not all converge
+  (`analysis.convergence`): a run stopped while still improving says nothing about where the
+  method ends. Bytes, peaks and time per step do not depend on it.
 - "At every tau" (and every condition): each cell as above, then combined: holds if every cell
   holds, does not hold if one does not, cannot tell otherwise. "Holds" of a combination is an
   intersection-union test at alpha; no correction is made for the several comparisons behind a
@@ -92,7 +96,9 @@ METHOD = (
     "every one holds, does not hold if one does not, and cannot tell otherwise (no correction "
     "for multiple comparisons). A time to a target accuracy of a run that never reached it is "
     "at least its training time: that lower bound stands in only where it makes the test "
-    "conservative."
+    "conservative. A comparison of accuracies or times to accuracy cannot tell when a side's "
+    "runs did not all converge (analysis/convergence.py): a run stopped while still improving "
+    "says nothing about where the method ends."
 )
 
 
@@ -197,7 +203,9 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
     collective), `bytes_per_step`, `train_s` (final training time), `reached` (an evaluation at
     the report's target accuracy: the column `metrics.reached_target` that
     `analysis.report` adds) and `time_to_target` (`metrics.time_to_target_s`, the training
-    time at the first such evaluation), all NaN unless completed."""
+    time at the first such evaluation), all NaN unless completed; `converged`
+    (`metrics.converged`, `analysis.convergence`; None when not known, and for a diverged
+    run: its divergence decides)."""
     frame = summaries.drop_duplicates("run_dir") if "run_dir" in summaries.columns else summaries
     frame = frame.reset_index(drop=True)
     status = frame.get("summary.status", pd.Series("completed", index=frame.index))
@@ -244,6 +252,7 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
     acc = number("summary.final/test_acc").where(completed)
     steps = number("summary.steps")
     reached = frame.get("metrics.reached_target", pd.Series(None, index=frame.index, dtype=object))
+    converged = frame.get("metrics.converged", pd.Series(None, index=frame.index, dtype=object))
     return pd.DataFrame(
         {
             "method": method,
@@ -267,6 +276,9 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
             ),
             "train_s": number("summary.time/train_s").where(completed),
             "reached": reached.map(_flag).where(completed),
+            # None: not known (no evaluations), or diverged: a divergence is a result of its
+            # own (accuracy 0 above), which a comparison can decide on
+            "converged": converged.map(_flag).where(completed, None),
             "time_to_target": number("metrics.time_to_target_s").where(completed),
         }
     ).reset_index(drop=True)
@@ -292,7 +304,14 @@ class Cell:
         return sorted(rest["method"].dropna().unique())
 
     def values(self, method: str, column: str) -> np.ndarray:
-        return self.runs.loc[self.runs["method"] == method, column].dropna().to_numpy(float)
+        """The method's values of `column` here; for an accuracy or a time to it, marked with
+        the runs that did not converge (`Side`), so that a comparison of them cannot tell."""
+        mine = self.runs[self.runs["method"] == method]
+        values = mine[column].dropna().to_numpy(float)
+        if column not in CONVERGENCE_BOUND:
+            return values
+        flags = mine["converged"].dropna().astype(bool)
+        return Side.of(values, method, int((~flags).sum()), len(flags))
 
     def diverged(self, method: str) -> tuple[int, int]:
         """(diverged runs, runs) of a method here."""
@@ -319,6 +338,41 @@ def cells(runs: pd.DataFrame, by_tau: bool = True) -> list[Cell]:
 
 
 # --- statistics ---------------------------------------------------------------------------------
+
+
+# The statistics that mean little unless the runs converged: a run stopped while still
+# improving would have ended elsewhere. Bytes, peaks and time per step do not depend on it.
+CONVERGENCE_BOUND = ("acc", "time_to_target")
+
+
+class Side(np.ndarray):
+    """A side's values with what `analysis.convergence` found: `unconverged` runs of `runs`."""
+
+    method: str = ""
+    unconverged: int = 0
+    runs: int = 0
+
+    @classmethod
+    def of(cls, values: np.ndarray, method: str, unconverged: int, runs: int) -> Side:
+        side = np.asarray(values, dtype=float).view(cls)
+        side.method, side.unconverged, side.runs = method, unconverged, runs
+        return side
+
+    def __array_finalize__(self, obj: Any) -> None:
+        self.method = getattr(obj, "method", "")
+        self.unconverged = getattr(obj, "unconverged", 0)
+        self.runs = getattr(obj, "runs", 0)
+
+
+def _not_converged(*sides: Sequence[float]) -> str:
+    """ "not converged: cannot tell (eamsgd: 3 of 3 runs)" when a side's runs did not all
+    converge; "" otherwise (or when it is not known)."""
+    which = [
+        f"{side.method}: {side.unconverged} of {side.runs} runs"
+        for side in sides
+        if isinstance(side, Side) and side.unconverged
+    ]
+    return f"not converged: cannot tell ({'; '.join(which)})" if which else ""
 
 
 @dataclass(frozen=True)
@@ -391,11 +445,14 @@ def welch(
 ) -> Comparison:
     """Is mean(a) - mean(b) above `threshold` (`direction` +1) or below it (-1)? Welch's
     t-test of the difference against the threshold, its 95% interval, and the verdict."""
+    unconverged = _not_converged(a_values, b_values)
     a_values, b_values = _floats(a_values), _floats(b_values)
     base = dict(a=a, b=b, a_values=a_values, b_values=b_values, threshold=threshold)
     base |= dict(direction=direction, kind="diff", level=1 - ALPHA)
     if len(a_values) < 2 or len(b_values) < 2:
         return _undecided(base, _diff(a_values, b_values), "n < 2 on a side")
+    if unconverged:
+        return _undecided(base, _diff(a_values, b_values), unconverged)
     low, high, p = _welch_interval(a_values, b_values, threshold, 1 - ALPHA)
     estimate = _diff(a_values, b_values)
     return Comparison(
@@ -413,11 +470,14 @@ def equivalent(
 ) -> Comparison:
     """Is |mean(a) - mean(b)| within `margin`? TOST at ALPHA: the (1 - 2 alpha) interval of the
     difference inside (-margin, margin) holds, wholly outside does not, else cannot tell."""
+    unconverged = _not_converged(a_values, b_values)
     a_values, b_values = _floats(a_values), _floats(b_values)
     base = dict(a=a, b=b, a_values=a_values, b_values=b_values, threshold=margin)
     base |= dict(direction=0, kind="equivalence", level=1 - 2 * ALPHA)
     if len(a_values) < 2 or len(b_values) < 2:
         return _undecided(base, _diff(a_values, b_values), "n < 2 on a side")
+    if unconverged:
+        return _undecided(base, _diff(a_values, b_values), unconverged)
     low, high, _ = _welch_interval(a_values, b_values, 0.0, 1 - 2 * ALPHA)
     # TOST's p: the larger of the two one-sided p-values (against -margin and +margin).
     _, _, p_low = _welch_interval(a_values, b_values, -margin, 1 - 2 * ALPHA, "greater")
@@ -443,6 +503,7 @@ def ratio_below(
 ) -> Comparison:
     """Is mean(a) / mean(b) below `threshold`? A percentile bootstrap of the ratio of means
     (the two sides resampled independently), its 95% interval, and the verdict."""
+    unconverged = _not_converged(a_values, b_values)
     a_values, b_values = _floats(a_values), _floats(b_values)
     base = dict(a=a, b=b, a_values=a_values, b_values=b_values, threshold=threshold)
     base |= dict(direction=-1, kind="ratio", level=1 - ALPHA, p=None)
@@ -450,6 +511,8 @@ def ratio_below(
     estimate = _mean(a_values) / mean_b if mean_b else math.nan
     if len(a_values) < 2 or len(b_values) < 2:
         return _undecided(base, estimate, "n < 2 on a side")
+    if unconverged:
+        return _undecided(base, estimate, unconverged)
     if not min(b_values) > 0:
         return _undecided(base, estimate, f"{b} has a zero value: no ratio")
 

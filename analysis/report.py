@@ -47,6 +47,7 @@ from typing import Any
 
 from analysis.claims import check_claims, validate_claims, write_claims
 from analysis.compare import split_rows
+from analysis.convergence import run_convergence
 from analysis.figures import BREAKDOWN_COLUMNS, TIME, accuracy_curves, time_breakdown, time_curves
 from analysis.grid import (
     CONF_DIR,
@@ -212,6 +213,8 @@ def report_experiment(
     conf_dir: str | os.PathLike = CONF_DIR,
     command: str | None = None,
     overrides: Sequence[str] = (),
+    out_root: str | os.PathLike | None = None,
+    require_clean: bool = False,
 ) -> dict[str, Any]:
     """Report the preset `experiment` from its runs under `roots` into `out_dir`.
 
@@ -224,7 +227,10 @@ def report_experiment(
     `report:` node, which is otherwise read from the runs' config, else from the composed preset.
     `command` goes to `provenance.txt` (default: this process's command line). `overrides` are
     the ones the sweep was given on top of the preset (`cluster=sim`, which sets the clock): the
-    grid's points are composed with them.
+    grid's points are composed with them. `out_root` is the sweep's output root, which
+    `provenance.txt` calls `$OUT` (`public_path`). `require_clean` (what `--publish` asks for)
+    refuses, before anything is written, a checkout with modified tracked files and runs made
+    from one (a `-dirty` commit in their records): a published result must come from a commit.
 
     Returns `table` (the `experiment_table` DataFrame), `markdown`, `table_md`, `table_tex`,
     `table_csv`, `scaling` / `scaling_markdown` / `scaling_md` / `scaling_tex` / `scaling_csv`
@@ -238,6 +244,8 @@ def report_experiment(
     if everything.empty:
         raise UserError(f"no runs (directories with summary.json) under {where}")
     runs, scale = _select(everything, experiment, scale, where)
+    if require_clean:
+        _check_clean(runs)
 
     status = runs["summary.status"] if "summary.status" in runs.columns else None
     finished = runs if status is None else runs[status.isin(FINISHED)]
@@ -282,6 +290,8 @@ def report_experiment(
         runs, rows, grid=points, metrics=frame, target_acc=target, point_config=point_config
     )
     table.attrs["note"] = split.note() if split.added else None
+    table.attrs["notes"] = _as_list(node.get("notes"), ())  # the preset's lines under the table
+    table.attrs["why_not_converged"] = dict(node.get("why_not_converged") or {})
     # Computed before anything is written, so a run record it cannot use stops the report whole.
     scaling = scaling_table(finished, rows) if kind == "scaling" else None
     markdown = experiment_markdown(table, title)
@@ -305,7 +315,7 @@ def report_experiment(
             scaling, out_dir, "scaling", scaling_title
         )
     result.update(draw_figures(frame, out_dir, figure_names, rows=rows))
-    claims = check_claims(_with_time_to_target(finished, frame, target), node)
+    claims = check_claims(_with_metric_columns(finished, frame, target), node)
     result["claims"] = claims
     result["claims_md"] = write_claims(claims, out_dir, title)
     num_unresolved = int(table[["failed", "running", "missing"]].to_numpy().sum())
@@ -315,8 +325,10 @@ def report_experiment(
         {
             "experiment": experiment,
             "scale": scale or "(not recorded)",
-            "runs root": where,
+            "runs root": ", ".join(public_path(os.path.abspath(r), out_root) for r in roots),
             "runs": _run_counts(runs),
+            "torch": _run_values(finished, "summary.torch_version"),
+            "device": _run_values(finished, "summary.device"),
             "grid points": f"{len(points)}, {num_unresolved} without a completed or diverged run"
             if points
             else "none checked",
@@ -335,14 +347,18 @@ def report_experiment(
     return result
 
 
-def _with_time_to_target(runs: Any, metrics: Any, target: float | None) -> Any:
-    """`runs` with `metrics.reached_target` and `metrics.time_to_target_s` per run (the table's
-    time to `target`, from the metric rows), for the claims about time to accuracy; unchanged
-    without a target or evaluations."""
-    if target is None or "test/acc" not in metrics.columns:
+def _with_metric_columns(runs: Any, metrics: Any, target: float | None) -> Any:
+    """`runs` with, per run, `metrics.converged` (`analysis.convergence`: a claim comparing a
+    row whose runs did not all converge cannot tell) and `metrics.reached_target` and
+    `metrics.time_to_target_s` (the table's time to `target`, from the metric rows), for the
+    claims; unchanged without evaluations, and without the time columns without a target."""
+    if "test/acc" not in metrics.columns:
+        return runs
+    dirs = runs["run_dir"]
+    runs = runs.assign(**{"metrics.converged": dirs.map(run_convergence(metrics)).astype(object)})
+    if target is None:
         return runs
     reached = time_to_target(metrics, target)
-    dirs = runs["run_dir"]
     return runs.assign(
         **{
             "metrics.reached_target": dirs.map(reached["reached"]).astype(object),
@@ -355,7 +371,10 @@ def write_provenance(
     out_dir: str | os.PathLike, command: str | None = None, details: Mapping[str, Any] = ()
 ) -> Path:
     """Write `provenance.txt`: the command that made the results, the suite's git commit
-    (`-dirty` when tracked files are modified), the date (UTC), then `details` as `key: value`."""
+    (`-dirty` when tracked files are modified), the date (UTC), then `details` as `key: value`.
+    A stranger must be able to check it, so it names no path of the machine it was made on:
+    paths in `command` and `details` are given by `public_path` (relative to the checkout, or
+    to `$OUT`, the sweep's output root), the commands are run from the checkout's root."""
     path = Path(out_dir) / "provenance.txt"
     path.parent.mkdir(parents=True, exist_ok=True)
     if command is None:
@@ -363,7 +382,6 @@ def write_provenance(
     now = datetime.datetime.now(datetime.timezone.utc).replace(microsecond=0)
     lines = [
         f"command: {command}",
-        f"cwd: {Path.cwd()}",
         f"git commit: {git_commit()}",
         f"date: {now.isoformat().replace('+00:00', 'Z')}",
         *(f"{key}: {value}" for key, value in dict(details).items()),
@@ -372,9 +390,46 @@ def write_provenance(
     return path
 
 
-def command_line(args: Sequence[str]) -> str:
-    """How to type this report's command again: `python -m analysis.report <args>`."""
-    return shlex.join(["python", "-m", "analysis.report", *args])
+def command_line(
+    args: Sequence[str],
+    out_root: str | os.PathLike | None = None,
+    module: str = "analysis.report",
+) -> str:
+    """How to type this command again, from the checkout's root: `python -m <module> <args>`,
+    every path in it as `public_path` gives it."""
+    shown = []
+    for arg in args:
+        option, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
+        shown.append(f"{option}{eq}{public_path(value, out_root)}" if eq or not option else arg)
+    return shlex.join(["python", "-m", module, *shown])
+
+
+def public_path(text: str | os.PathLike, out_root: str | os.PathLike | None = None) -> str:
+    """`text` as a path a stranger can read: relative to the checkout when inside it, `$OUT/...`
+    inside `out_root` (the sweep's output root), and `text` itself when it is no absolute path.
+    An absolute path elsewhere is named by its last two components under `$OUT` too: the
+    machine's folders are nobody else's."""
+    text = os.fspath(text)
+    if not os.path.isabs(text):
+        return text
+    path = Path(os.path.normpath(text))
+    if path == REPO or REPO in path.parents:
+        return str(path.relative_to(REPO)) or "."
+    if out_root is not None:
+        root = Path(os.path.normpath(os.fspath(out_root)))
+        if path == root:
+            return "$OUT"
+        if root in path.parents:
+            return f"$OUT/{path.relative_to(root)}"
+    return "$OUT/" + "/".join(path.parts[-2:])
+
+
+def relative_path(path: str | os.PathLike, base: str | os.PathLike = REPO) -> str:
+    """`path` relative to `base` when inside it, else as given (for what the CLIs print)."""
+    try:
+        return str(Path(path).resolve().relative_to(Path(base).resolve()))
+    except ValueError:
+        return os.fspath(path)
 
 
 def git_commit(repo: str | os.PathLike = REPO) -> str:
@@ -498,6 +553,31 @@ def _run_counts(runs: Any) -> str:
     return f"{len(runs)} (" + ", ".join(f"{k} {s}" for s, k in counts.items()) + ")"
 
 
+def _run_values(runs: Any, column: str) -> str:
+    """ "2.14.1+cpu (30 runs)": each value of `column` over the runs with its count."""
+    if column not in runs.columns:
+        return "(not recorded)"
+    counts = runs[column].fillna("(not recorded)").astype(str).value_counts()
+    return ", ".join(f"{value} ({k} runs)" for value, k in sorted(counts.items()))
+
+
+def _check_clean(runs: Any) -> None:
+    """The refusal of `require_clean` (`report_experiment`), in one line."""
+    commit = git_commit()
+    if commit.endswith("-dirty"):
+        raise UserError(
+            "the checkout has uncommitted changes to tracked files: a published result must come "
+            "from a commit (commit or stash them, see git status)"
+        )
+    shas = runs.get("summary.git_sha")
+    dirty = shas[shas.astype(str).str.endswith("-dirty")] if shas is not None else []
+    if len(dirty):
+        raise UserError(
+            f"{len(dirty)} of the runs were made from a modified checkout "
+            f"({sorted(set(dirty))[0]}): rerun them from a commit (rerun=true) before publishing"
+        )
+
+
 def _run_commits(runs: Any) -> str:
     if "summary.git_sha" not in runs.columns:
         return "not recorded"
@@ -528,6 +608,17 @@ def main(argv: Sequence[str] | None = None) -> int:
         "composed with it (repeatable)",
     )
     parser.add_argument(
+        "--out-root",
+        type=Path,
+        metavar="DIR",
+        help="the sweep's output root: provenance.txt names the paths under it $OUT/...",
+    )
+    parser.add_argument(
+        "--require-clean",
+        action="store_true",
+        help="refuse a checkout with modified tracked files, and runs made from one (--publish)",
+    )
+    parser.add_argument(
         "--conf",
         type=Path,
         default=CONF_DIR,
@@ -542,7 +633,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         with one_line_warnings():
             if args.experiment is None:
                 return _main_plain(args)
-            command = command_line(list(argv) if argv is not None else sys.argv[1:])
+            command = command_line(list(argv) if argv is not None else sys.argv[1:], args.out_root)
             result = report_experiment(
                 args.roots,
                 args.out,
@@ -552,6 +643,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 conf_dir=args.conf,
                 command=command,
                 overrides=args.set,
+                out_root=args.out_root,
+                require_clean=args.require_clean,
             )
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)

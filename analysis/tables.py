@@ -16,6 +16,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.compare import NO_TAU, display, order_key, run_values, short_names
+from analysis.convergence import DEFINITION, converged_cell, run_convergence
 from analysis.load import ALGORITHMS, TAU_LESS
 from experiments.errors import UserError
 
@@ -283,6 +284,8 @@ def experiment_table(
       of a method without one);
     - `mean`, `std` (sample), `n` of `value` over the group's completed runs; `diverged`, its
       diverged runs; `runs`, its completed + diverged runs;
+    - `converged`: how many of `runs` converged (`analysis.convergence`, from the metric rows of
+      `metrics`, or of `runs` if it has them);
     - with `target_acc`: `reached_target`, how many of `runs` had an evaluation with
       `test/acc >= target_acc` (from the metric rows of `metrics`, or of `runs` if it has them),
       and `time_to_target_s`, their mean training time at the first such evaluation;
@@ -321,9 +324,10 @@ def experiment_table(
     numbers = pd.to_numeric(frame[value], errors="coerce").astype(float)
     extras = {c: name for c, name in SUMMARY_EXTRA.items() if c in frame.columns}
     reached = None
+    source = metrics if metrics is not None else runs
     if target_acc is not None:
-        source = metrics if metrics is not None else runs
         reached = time_to_target(source, target_acc) if ACC in source.columns else None
+    convergence = run_convergence(source) if ACC in source.columns else None
     algorithms = frame["algorithm.name"] if "algorithm.name" in frame.columns else None
 
     def column_value(i: int, column: str) -> Any:
@@ -397,6 +401,9 @@ def experiment_table(
         record["n"] = len(values)
         record["diverged"] = int(sum(diverged.iat[i] for i in members))
         record["runs"] = len(members)
+        if convergence is not None:
+            dirs = [frame.at[i, "run_dir"] for i in members]
+            record["converged"] = int(convergence.reindex(dirs).eq(True).sum())
         if reached is not None:
             dirs = [frame.at[i, "run_dir"] for i in members]
             hit = reached.reindex(dirs)
@@ -417,6 +424,8 @@ def experiment_table(
         records.append(record)
 
     columns = [*rows, "mean", "std", "n", "diverged", "runs"]
+    if convergence is not None:
+        columns.append("converged")
     if reached is not None:
         columns += ["reached_target", "time_to_target_s"]
     columns += [*extras.values(), *REASONS, "unresolved"]
@@ -444,6 +453,11 @@ def experiment_cells(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
             table["mean"], table["std"], table["n"], table["diverged"], strict=True
         )
     ]
+    if "converged" in table.columns:
+        shown["converged"] = [
+            converged_cell(int(k), int(r))
+            for k, r in zip(table["converged"], table["runs"], strict=True)
+        ]
     if "time_to_target_s" in table.columns:
         target = table.attrs.get("target_acc")
         header = f"time to acc ≥ {target:g}" if target is not None else "time to target"
@@ -458,6 +472,65 @@ def experiment_cells(table: pd.DataFrame, digits: int = 3) -> pd.DataFrame:
             shown[header] = table[column].map(lambda v, c=column: _summary_cell(c, v))
     shown["n"] = table["n"].astype(int).astype(str)
     return shown
+
+
+def informative_cells(table: pd.DataFrame, digits: int = 3) -> tuple[pd.DataFrame, list[str]]:
+    """`experiment_cells` without the columns that say nothing in this table, and one line per
+    column left out, saying why: a column whose cells are all equal (every row "0.0%" comm/compute
+    on an ideal network, "3" runs in every row) is left out and its one value given below the
+    table. The row columns, the accuracy and the convergence columns always stay; a table of one
+    row keeps everything."""
+    shown = experiment_cells(table, digits)
+    if len(shown) < 2:
+        return shown, []
+    keep = {*_row_headers(list(table.attrs.get("rows", DEFAULT_ROWS))).values(), "converged"}
+    keep.add(_value_header(table.attrs.get("value", "summary.final/test_acc")))
+    lines = []
+    for header in list(shown.columns):
+        values = set(shown[header])
+        if header in keep or len(values) != 1:
+            continue
+        (value,) = values
+        lines.append(_uniform_line(header, value, table))
+        shown = shown.drop(columns=header)
+    return shown, lines
+
+
+def _presented(table: pd.DataFrame, digits: int) -> tuple[pd.DataFrame, list[str]]:
+    """The cells a reader sees (`informative_cells`) and the lines under them: what "converged"
+    means, why a row did not converge (`report.why_not_converged`), the preset's `report.notes`,
+    the columns left out, then the footnotes."""
+    shown, uniform = informative_cells(table, digits)
+    definition = [DEFINITION + "."] if "converged" in shown.columns else []
+    preset = [str(note) for note in table.attrs.get("notes") or ()]
+    return shown, [*definition, *_unconverged_lines(table), *preset, *uniform, *footnotes(table)]
+
+
+def _unconverged_lines(table: pd.DataFrame) -> list[str]:
+    """One line per row whose runs did not all converge and whose algorithm the preset gives a
+    reason for (`report.why_not_converged`, `table.attrs["why_not_converged"]`)."""
+    reasons = table.attrs.get("why_not_converged") or {}
+    if "converged" not in table.columns or not reasons:
+        return []
+    rows = list(table.attrs.get("rows", DEFAULT_ROWS))
+    lines = []
+    for _, row in table.iterrows():
+        reason = reasons.get(str(row.get("algorithm.name")))
+        if reason and row["runs"] and row["converged"] < row["runs"]:
+            lines.append(f"{_group_label(row, rows)}: not converged: {reason}")
+    return lines
+
+
+def _uniform_line(header: str, value: str, table: pd.DataFrame) -> str:
+    """The line under a table for a column left out because every row has `value`."""
+    if header == "n":
+        return f"n = {value} runs (seeds) in every row."
+    if header == "comm/compute" and value in ("0.0%", EMPTY):
+        return (
+            "comm/compute: 0.0% in every row (an ideal network: no communication time; the "
+            "time-axis presets, fig4 and low_comm, model a network)."
+        )
+    return f"{header}: {value} in every row."
 
 
 def footnotes(table: pd.DataFrame) -> list[str]:
@@ -489,8 +562,8 @@ def footnotes(table: pd.DataFrame) -> list[str]:
 def experiment_markdown(table: pd.DataFrame, title: str | None = None, digits: int = 3) -> str:
     """The title (bold), the Markdown table and its footnotes."""
     parts = [f"**{title}**", ""] if title else []
-    parts.append(experiment_cells(table, digits).to_markdown(index=False, disable_numparse=True))
-    notes = footnotes(table)
+    shown, notes = _presented(table, digits)
+    parts.append(shown.to_markdown(index=False, disable_numparse=True))
     if notes:
         parts += ["", *notes]
     return "\n".join(parts)
@@ -501,9 +574,9 @@ def experiment_latex(
 ) -> str:
     """A booktabs `table` environment: caption = title, the cells of `experiment_cells`, the
     footnotes below the rule in footnote size."""
-    notes = footnotes(table)
+    shown, notes = _presented(table, digits)
     return _latex(
-        experiment_cells(table, digits),
+        shown,
         len(table.attrs.get("rows", DEFAULT_ROWS)),
         title,
         label,

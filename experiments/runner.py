@@ -555,6 +555,15 @@ def _now() -> str:
     return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
+def _device_label(device: Any) -> str:
+    """ "cpu", or "cuda (NVIDIA H200)": what a run computed on, in its summary."""
+    import torch
+
+    if device.type == "cuda":
+        return f"cuda ({torch.cuda.get_device_name(device)})"
+    return device.type
+
+
 def _host() -> str:
     return platform.node()
 
@@ -823,6 +832,7 @@ def train_worker(
             write_interruption(run_dir, result["steps"], stopper)
         else:
             result["finished_at"] = _now()
+            result["device"] = _device_label(device)  # provenance.txt names it per report
             update_summary(run_dir, final=True, **result)  # completed/diverged: written last
             ckpt.remove(run_dir)
     return result["status"]

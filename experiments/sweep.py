@@ -66,6 +66,14 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.publish and args.results:
         fail("give --publish (the checkout's results/) or --results DIR, not both")
+    if args.publish:
+        from analysis.report import git_commit
+
+        if git_commit(REPO).endswith("-dirty"):
+            fail(
+                "--publish (PUBLISH=1) needs a clean checkout: tracked files are modified (git "
+                "status); a published result must come from a commit"
+            )
     # Resolved here, against the directory the command was given in: the commands below run
     # from the checkout.
     out_root = _resolve(args.out_root, "--out-root")
@@ -113,13 +121,19 @@ def main(argv: list[str] | None = None) -> int:
         str(out),
         # the grid's points as the sweep composed them (cluster=sim sets the clock)
         *(f"--set={o}" for o in [f"cluster={args.cluster}", *args.overrides]),
+        "--out-root",
+        str(out_root),
+        *(["--require-clean"] if args.publish else []),
     ]
     code = subprocess.run(report, cwd=REPO).returncode
     provenance = out / "provenance.txt"
     if code == 0 and provenance.exists():
-        # The report records its own command; add the one that ran the sweep.
-        sweep = "python -m experiments.sweep " + " ".join(
-            argv if argv is not None else sys.argv[1:]
+        # The report records its own command; add the one that ran the sweep (paths in it
+        # relative to the checkout or $OUT, as the report's).
+        from analysis.report import command_line
+
+        sweep = command_line(
+            argv if argv is not None else sys.argv[1:], out_root, module="experiments.sweep"
         )
         try:
             with provenance.open("a") as f:

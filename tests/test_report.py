@@ -305,12 +305,12 @@ def test_time_to_target_per_run_and_per_group(result: dict) -> None:
     local2 = row(table, "local_sgd", 2)
     assert (local2["reached_target"], local2["runs"]) == (1, 2)
     assert local2["time_to_target_s"] == pytest.approx(2 * per_epoch["local_sgd"])
-    assert md_line(markdown, "local_sgd", 2)[3] == "2.6 s (1/2)"
-    assert md_line(markdown, "sync_sgd", "-")[3] == "3.1 s"
-    assert md_line(markdown, "overlap_local_sgd", 2)[3] == "2.12 s"
-    assert md_line(markdown, "eamsgd", 2)[3] == "— (0/2)"
-    assert md_line(markdown, "cocod_sgd", 8)[3] == "— (0/2)"  # the diverged seed counts as a run
-    assert md_line(markdown, "local_sgd", 8)[3] == "—"
+    assert md_line(markdown, "local_sgd", 2)[4] == "2.6 s (1/2)"
+    assert md_line(markdown, "sync_sgd", "-")[4] == "3.1 s"
+    assert md_line(markdown, "overlap_local_sgd", 2)[4] == "2.12 s"
+    assert md_line(markdown, "eamsgd", 2)[4] == "— (0/2)"
+    assert md_line(markdown, "cocod_sgd", 8)[4] == "— (0/2)"  # the diverged seed counts as a run
+    assert md_line(markdown, "local_sgd", 8)[4] == "—"
 
 
 def test_bytes_ratio_and_train_time_columns(result: dict) -> None:
@@ -320,6 +320,7 @@ def test_bytes_ratio_and_train_time_columns(result: dict) -> None:
         "algorithm",
         "tau",
         "final test acc",
+        "converged",
         "time to acc ≥ 0.8",
         "communicated",
         "comm/compute",
@@ -328,12 +329,12 @@ def test_bytes_ratio_and_train_time_columns(result: dict) -> None:
     ]
     sync = row(table, "sync_sgd", "-")
     assert sync["comm_bytes"] == 3 * 4_000_000 and sync["comm_ratio"] == pytest.approx(0.5)
-    assert md_line(markdown, "sync_sgd", "-")[4:7] == ["12 MB", "50.0%", "4.65"]
+    assert md_line(markdown, "sync_sgd", "-")[5:8] == ["12 MB", "50.0%", "4.65"]
     overlap8 = md_line(markdown, "overlap_local_sgd", 8)
-    assert overlap8[4:6] == ["1.5 MB", "0.2%"]
+    assert overlap8[5:7] == ["1.5 MB", "0.2%"]
     # a diverged run stopped early: its bytes are not averaged in
     assert row(table, "cocod_sgd", 8)["comm_bytes"] == 3 * (4_000_000 // 8)
-    assert md_line(markdown, "eamsgd", 8)[4] == "—"
+    assert md_line(markdown, "eamsgd", 8)[5] == "—"
 
 
 def test_human_bytes() -> None:
@@ -349,7 +350,7 @@ def test_files_md_tex_csv(result: dict) -> None:
     assert tex.startswith(r"\begin{table}") and tex.rstrip().endswith(r"\end{table}")
     for text in (r"\toprule", r"\midrule", r"\bottomrule", r"\caption{Fixture table"):
         assert text in tex
-    assert r"sync\_sgd & - & 0.940 $\pm$ 0.014 & 3.1 s & 12 MB & 50.0\% & 4.65 & 2 \\" in tex
+    assert r"sync\_sgd & - & 0.940 $\pm$ 0.014 & yes & 3.1 s & 12 MB & 50.0\% & 4.65 & 2 \\" in tex
     assert r"eamsgd & 8 & div. &" in tex
     assert r"local\_sgd & 8 & --- &" in tex
     assert r"--- no completed run: local\_sgd tau=8 seeds 0,1 (1 failed, 1 missing)\par" in tex

@@ -1,0 +1,212 @@
+"""Each method's learning rate, chosen on a validation split: experiment=tune -> conf/tuned/.
+
+    python -m analysis.tune RUNS_ROOT --scale cpu [--out conf/tuned/cpu.yaml]
+
+reads the finished runs of experiment=tune at the scale (their `test/*` metrics are on the
+validation split held out of the training data: `dataset.validation_fraction`), and writes, per
+algorithm, every grid point's mean, std and n of the final validation accuracy and the chosen
+base LR, by the rule below (shared/docs/tuning.md). `make tune` runs the sweep, then this. The
+file is committed: the cpu scale's `lr` reads it (experiments/config/tuned.py), so a retune is
+a diff a reviewer sees, and the runs it changes are new runs, never changed records.
+
+The rule (RULE, written into the file): the grid point with the best mean final validation
+accuracy; the points whose mean lies within the seeds' spread of it (the larger of the two
+sample stds) are ties, broken by the earlier mean time to the target accuracy (a point whose
+runs did not all reach it comes after those that did), then by the smaller learning rate. A
+diverged run counts as accuracy 0, as in the claims. A choice at the grid's edge is flagged
+(`edge: true`): a wider grid might do better there.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+from collections.abc import Sequence
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+import yaml
+
+from analysis.load import load_runs, load_summaries
+from analysis.report import REPO, command_line, git_commit, relative_path
+from analysis.tables import time_to_target
+from experiments.config.tuned import tuned_path
+from experiments.errors import UserError
+
+RULE = (
+    "best mean final validation accuracy; grid points within the seeds' spread of it (mean "
+    "within the larger of the two sample stds) are ties, broken by the earlier mean time to "
+    "the target accuracy (points whose runs did not all reach it last), then by the smaller LR; "
+    "a diverged run counts as accuracy 0"
+)
+ACC = "summary.final/test_acc"
+
+
+def grid_points(runs: pd.DataFrame, target: float | None) -> pd.DataFrame:
+    """One row per (algorithm, lr) of the tune runs `runs` (one row per run, with the metric
+    columns `reached` and `time_s` of `time_to_target` when `target` is given): `mean`, `std`,
+    `n` of the final validation accuracy, `diverged`, `reached` (runs that reached the target)
+    and `time_to_target_s` (their mean time to it)."""
+    rows = []
+    for (algorithm, lr), group in runs.groupby(["algorithm.name", "lr"], sort=True):
+        diverged = group["summary.status"].eq("diverged")
+        acc = pd.to_numeric(group[ACC], errors="coerce").where(~diverged, 0.0).dropna()
+        reached = group["reached"].eq(True) if "reached" in group else pd.Series(False)
+        times = pd.to_numeric(group.get("time_s", pd.Series(dtype=float)), errors="coerce")
+        rows.append(
+            {
+                "algorithm": algorithm,
+                "lr": float(lr),
+                "mean": float(acc.mean()) if len(acc) else math.nan,
+                "std": float(acc.std()) if len(acc) > 1 else 0.0,
+                "n": int(len(acc)),
+                "diverged": int(diverged.sum()),
+                "reached": int(reached.sum()),
+                "time_to_target_s": float(times[reached.to_numpy()].mean())
+                if reached.any()
+                else math.nan,
+            }
+        )
+    return pd.DataFrame(rows)
+
+
+def choose(points: pd.DataFrame) -> float:
+    """The chosen LR among one algorithm's grid `points` (rows of `grid_points`), by RULE."""
+    points = points.dropna(subset=["mean"]).reset_index(drop=True)
+    if points.empty:
+        raise UserError("no grid point with a finished run")
+    best = points.loc[points["mean"].idxmax()]
+    spread = points["std"].clip(lower=best["std"])
+    ties = points[points["mean"] >= best["mean"] - spread]
+
+    def key(row: pd.Series) -> tuple:
+        all_reached = row["n"] > 0 and row["reached"] == row["n"]
+        time = row["time_to_target_s"] if all_reached else math.inf
+        return (not all_reached, time, row["lr"])
+
+    return float(min((row for _, row in ties.iterrows()), key=key)["lr"])
+
+
+def tuned_document(
+    points: pd.DataFrame, setting: dict[str, Any], command: str, commit: str
+) -> dict[str, Any]:
+    """The content of conf/tuned/<scale>.yaml."""
+    grid = sorted(points["lr"].unique().tolist())
+    lr: dict[str, Any] = {}
+    for algorithm, mine in points.groupby("algorithm", sort=True):
+        chosen = choose(mine)
+        present = sorted(mine["lr"].tolist())
+        lr[str(algorithm)] = {
+            "chosen": chosen,
+            "edge": bool(len(present) > 1 and chosen in (present[0], present[-1])),
+            "points": {
+                float(row["lr"]): {
+                    "mean": round(float(row["mean"]), 4),
+                    "std": round(float(row["std"]), 4),
+                    "n": int(row["n"]),
+                    "diverged": int(row["diverged"]),
+                    "reached_target": int(row["reached"]),
+                    "time_to_target_s": None
+                    if math.isnan(row["time_to_target_s"])
+                    else round(float(row["time_to_target_s"]), 3),
+                }
+                for _, row in mine.sort_values("lr").iterrows()
+            },
+        }
+    return {
+        "setting": setting,
+        "grid": [float(v) for v in grid],
+        "rule": RULE,
+        "not_tuned": "momentum, Nesterov, weight decay, the schedule, tau and each method's own "
+        "knobs keep their defaults; one LR per method for every tau",
+        "command": command,
+        "commit": commit,
+        "date": datetime.now(timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "lr": lr,
+    }
+
+
+HEADER = """\
+# Base learning rates chosen per algorithm on a validation split (never the test set): written
+# by `make tune` (python -m analysis.tune, the rule below); read by the scale's `lr`
+# (experiments/config/tuned.py). Per algorithm: the chosen base LR (per 128 samples, scaled
+# linearly by the global batch as every LR of the suite), `edge` when it lies at the grid's
+# edge, and per grid point the final validation accuracy's mean, std and n over the seeds.
+"""
+
+
+def write_tuned(document: dict[str, Any], path: str | Path) -> Path:
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    body = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100)
+    path.write_text(HEADER + body)
+    return path
+
+
+def tune(
+    roots: Sequence[str | Path], scale: str, out: str | Path | None, command: str
+) -> tuple[Path, dict[str, Any]]:
+    summaries = load_summaries(*roots, statuses=("completed", "diverged"))
+    if summaries.empty or "experiment_name" not in summaries:
+        raise UserError(f"no finished runs under {', '.join(map(str, roots))}")
+    runs = summaries[
+        summaries["experiment_name"].eq("tune") & summaries["scale.name"].eq(scale)
+    ].drop_duplicates("run_dir")
+    if runs.empty:
+        raise UserError(f"no finished runs of experiment=tune at scale {scale}")
+    validation = pd.to_numeric(runs.get("dataset.validation_fraction"), errors="coerce")
+    if not (validation > 0).all():
+        raise UserError("tune runs without a validation split (dataset.validation_fraction=0)")
+    target = float(runs["scale.target_acc"].iloc[0]) if "scale.target_acc" in runs else None
+    if target is not None:
+        metrics = load_runs(*roots, statuses=("completed", "diverged"))
+        reached = time_to_target(metrics[metrics["run_dir"].isin(runs["run_dir"])], target)
+        runs = runs.join(reached, on="run_dir")
+    first = runs.iloc[0]
+    setting = {
+        "scale": scale,
+        "dataset": str(first.get("dataset.name")),
+        "validation_fraction": float(first["dataset.validation_fraction"]),
+        "workers": int(first["workers"]),
+        "epochs": int(first["epochs"]),
+        "tau": int(first["tau"]),
+        "batch_size": int(first["batch_size"]),
+        "seeds": sorted(int(s) for s in runs["seed"].unique()),
+        "target_acc": target,
+    }
+    document = tuned_document(grid_points(runs, target), setting, command, git_commit())
+    shas = runs["summary.git_sha"].fillna("(not recorded)").astype(str).value_counts()
+    document["run_commits"] = {sha: int(k) for sha, k in sorted(shas.items())}
+    path = write_tuned(document, out or tuned_path(scale))
+    return path, document
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.tune", description=__doc__)
+    parser.add_argument("roots", nargs="+", help="folders holding the tune runs")
+    parser.add_argument("--scale", default="cpu")
+    parser.add_argument("--out", help="default: conf/tuned/<scale>.yaml")
+    parser.add_argument("--command", help="the command recorded in the file (default: this one)")
+    args = parser.parse_args(argv)
+    try:
+        command = args.command or command_line(sys.argv[1:], module="analysis.tune")
+        path, document = tune(args.roots, args.scale, args.out, command)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    for algorithm, entry in document["lr"].items():
+        edge = " (at the grid's edge)" if entry["edge"] else ""
+        point = entry["points"][entry["chosen"]]
+        print(
+            f"{algorithm:18s} lr {entry['chosen']:g}{edge}: validation acc "
+            f"{point['mean']:.3f} ± {point['std']:.3f} (n={point['n']})"
+        )
+    print(f"wrote {relative_path(path, REPO)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
