@@ -51,7 +51,9 @@ def grid_points(runs: pd.DataFrame, target: float | None) -> pd.DataFrame:
     `n` of the final validation accuracy, `diverged`, `reached` (runs that reached the target)
     and `time_to_target_s` (their mean time to it)."""
     rows = []
-    for (algorithm, lr), group in runs.groupby(["algorithm.name", "lr"], sort=True):
+    # load_summaries calls the config's `lr` `config.lr` (the metric rows log an `lr` too)
+    lr_column = "config.lr" if "config.lr" in runs.columns else "lr"
+    for (algorithm, lr), group in runs.groupby(["algorithm.name", lr_column], sort=True):
         diverged = group["summary.status"].eq("diverged")
         acc = pd.to_numeric(group[ACC], errors="coerce").where(~diverged, 0.0).dropna()
         reached = group["reached"].eq(True) if "reached" in group else pd.Series(False)
