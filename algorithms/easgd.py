@@ -69,6 +69,18 @@ Deviations from the paper and the reference code:
 
   EASGD's early centre gap was BN statistics; most of EAMSGD's is not: with fresh statistics
   its centre is still a worse model than its Nesterov workers for the first epochs.
+- Why EAMSGD is poor in a short run (issue 25: 0.41 in the 5-epoch demo at lr 0.1). Not a
+  defect: the learning rate is part of it, the momentum the rest. Validation accuracy at the
+  demo's setting (`python run.py experiment=tune cluster=sim algorithm=eamsgd seed=0 ...`,
+  5 epochs, tau = 4, 4 workers): lr 0.1 0.42, 0.025 0.72, 0.00625 (tuned, conf/tuned/cpu.yaml)
+  0.81 +- 0.03 over 2 seeds; at lr 0.025: momentum=0.5 0.84, tau=1 (a pull every step) 0.93,
+  epochs=20 0.99 (EASGD 0.97), centre_bn=average 0.59. Nesterov momentum 0.9 multiplies each
+  local step about tenfold, while the pull (alpha = 0.9/m once per tau steps, leaving the
+  momentum buffer as it was) brings a worker only part of the way back: the workers drift apart,
+  the centre (their average) is a poor model until the LR decays and the pulls win, and the
+  training loss even rises at the end of a 5-epoch run as the workers are pulled in. Weaker
+  momentum, more frequent pulls or more epochs converge; the 20-epoch tables
+  (results/table1) are where EAMSGD is compared.
 - `finish()` [I]: a run that stops mid-round first closes it with one more elastic round (one
   extra all-reduce), then waits for the last centre and sets x_i = z on every worker, so the
   consensus model is the centre (identical everywhere by construction).
