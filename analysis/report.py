@@ -26,7 +26,10 @@ footnote naming it (adding, not refusing: the report still shows every result, a
 `<NAME>.md`, `.tex`, `.csv` (and `scaling.*` for `report.kind: scaling`), the figures named in
 `report.figures` (accuracy, time, breakdown), `claims.md` (the checks named in `report.claims`,
 each with n, a confidence interval and its test: `analysis.claims`) and `provenance.txt`
-(command, git commit, date), then prints the table, the claims and the paths.
+(the command, paths relative to the checkout or `$OUT`; the git commit, the date, torch's
+version and the device of the runs, their commits), then prints the table, the claims and the
+paths. Each row says how many of its runs converged (`analysis.convergence`); a column equal in
+every row is left out with one line saying why (`analysis.tables.informative_cells`).
 
 A damaged run record (summary, config or metrics that cannot be read) is left out with one
 `warning:` line naming the file; the rest is reported.

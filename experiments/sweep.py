@@ -16,7 +16,9 @@ Where things go: everything under `--out-root` (default `outputs`, relative to t
 the command is given in): the runs in `<out-root>/<name>/runs`, the reports in
 `<out-root>/results/<name>/<scale>`. The checkout's committed `results/` is written only when
 asked for: `--publish` (`make table1 PUBLISH=1`), or `--results results`
-(`make table1 RESULTS=results`).
+(`make table1 RESULTS=results`). `--publish` refuses a checkout with modified tracked files
+(before any run), and the report refuses runs made from one: a published result names a commit
+that holds its code.
 """
 
 from __future__ import annotations
