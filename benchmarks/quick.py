@@ -22,6 +22,7 @@ until its interval is within +-2%, `max_reps` pairs were made, or its share of t
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -134,6 +135,7 @@ class _Row:
             a, b, self.s.reps, max_reps=self.s.max_reps, spread=spread, budget_s=self.budgets[key]
         )
         self.times[key] = time.perf_counter() - t0
+        print(f"[bench-quick] {key}: {len(xy[0])} pairs, {self.times[key]:.0f} s", file=sys.stderr)
         return xy
 
     def add(
@@ -324,6 +326,8 @@ def run(s: f.Settings) -> f.Section:
     ]
     results = mem.measure([f.memory_spec(s, name) for name in order], workers=2, fresh=True)
     row.times["memory"] = time.perf_counter() - t0
+    print(f"[bench-quick] memory: {len(order)} measurements, {row.times['memory']:.0f} s",
+          file=sys.stderr)  # fmt: skip
     model = f.memory_model(s)
     mib = 2**20
     for i, name in enumerate(MEMORY_ALGORITHMS):

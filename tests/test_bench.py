@@ -94,6 +94,16 @@ def test_make_bench_quick_runs_the_quick_bench_and_make_bench_the_full_one():
     assert recipe.rstrip().endswith("-m benchmarks")
 
 
+def test_the_committed_quick_results_are_the_quick_bench_on_its_headline_rows():
+    from benchmarks.quick import ROWS
+    from tests.cli import REPO
+
+    results = json.loads((REPO / "benchmarks" / "RESULTS-quick.json").read_text())
+    assert results["meta"]["command"] == "python -m benchmarks --quick"
+    assert results["meta"]["mode"] == "quick: the headline ratios"
+    assert [row[0] for row in results["sections"]["quick"]["rows"]] == list(ROWS)
+
+
 # --- figures with their noise (issue 15 item 6): unit tests of the interval and the verdicts --
 
 
