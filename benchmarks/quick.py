@@ -40,7 +40,7 @@ MEMORY_ALGORITHMS = ("sync_sgd", "overlap_local_sgd")
 EPOCHS = {"sync": 6, "local": 6, "overlap": 4}
 SMOKE_EPOCHS = {"sync": 2, "local": 2, "overlap": 2}
 OVERLAP_STEP_S = 0.04  # the full bench's emulated compute step (smoke: 0.01)
-#: The full bench's result files (committed beside this one), by row.
+#: Where the full bench's committed results (RESULTS*.json) are, beside this bench's own.
 FULL = Path(__file__).resolve().parent
 
 ROWS = (
@@ -122,8 +122,9 @@ def _scalar_spread(xs: list, ys: list) -> float:
     return h.half_width(h.bootstrap_interval(pairs, _median_ratio), _median_ratio(pairs))
 
 
-class _Row:
-    """One timed row: its pairs, figure and table row."""
+class _Table:
+    """The quick section as it fills: each row's figure and table line, and the wall-clock
+    of each row's measurements."""
 
     def __init__(self, sec: f.Section, s: f.Settings, budgets: dict[str, float]):
         self.sec, self.s, self.budgets = sec, s, budgets
@@ -150,9 +151,8 @@ class _Row:
         target: str,
         limit: float | None,
         full: str,
-        at_least: bool = False,
-    ) -> f.Figure:
-        fig = f.Figure(name, value, target, limit, at_least=at_least, interval=interval)
+    ) -> None:
+        fig = f.Figure(name, value, target, limit, interval=interval)
         fig.reps = len(per_rep)
         self.sec.figures.append(fig)
         self.sec.rows.append(
@@ -169,7 +169,6 @@ class _Row:
                 full,
             ]
         )
-        return fig
 
 
 def _workload(overrides: list[str]) -> str:
@@ -203,7 +202,7 @@ def run(s: f.Settings) -> f.Section:
             "full bench",
         ],
     )
-    row = _Row(sec, s, budgets)
+    table = _Table(sec, s, budgets)
     ctx: f.Context = {}
 
     # 1-2. overhead against plain PyTorch
@@ -212,10 +211,10 @@ def run(s: f.Settings) -> f.Section:
         ("sync", o.sync, ROWS[0], o.common),
         ("local", o.local, ROWS[1], o.single),
     ):
-        xs, ys = row.interleave(key, a, b, f._pair_spread)
+        xs, ys = table.interleave(key, a, b, f._pair_spread)
         pairs = list(zip(xs, ys, strict=True))
         ma, mb = h.median(x for rep in xs for x in rep), h.median(y for rep in ys for y in rep)
-        row.add(
+        table.add(
             name,
             _workload(overrides),
             f"{f._ms(ma)} ms/step",
@@ -246,9 +245,9 @@ def run(s: f.Settings) -> f.Section:
 
         return side
 
-    xs, ys = row.interleave("overlap", overlap_side(True), overlap_side(False), _scalar_spread)
+    xs, ys = table.interleave("overlap", overlap_side(True), overlap_side(False), _scalar_spread)
     pairs = list(zip(xs, ys, strict=True))
-    row.add(
+    table.add(
         ROWS[2],
         _workload(common) + " (one seed per pair)",
         f"{f._ms(h.median(xs))} ms/step emulated",
@@ -267,7 +266,7 @@ def run(s: f.Settings) -> f.Section:
     )
 
     # 4. workers in one process against worker processes: the fixed cost of a run
-    xs, ys = row.interleave(
+    xs, ys = table.interleave(
         "sim",
         lambda: f._wall_of_run([*f.TINY_RUN, "cluster=sim"]),
         lambda: f._wall_of_run([*f.TINY_RUN, "cluster=local"]),
@@ -283,7 +282,7 @@ def run(s: f.Settings) -> f.Section:
             f"{full_sim['value'] / full_local['value']:.3g} (RESULTS-sim.json at "
             f"{full_sim['git']})"
         )
-    row.add(
+    table.add(
         ROWS[3],
         "smoke, 2 workers, 1 step each, one evaluation (a run that is all fixed cost)",
         f"{h.median(xs):.2f} s sim",
@@ -325,8 +324,8 @@ def run(s: f.Settings) -> f.Section:
         for name in (MEMORY_ALGORITHMS if rep % 2 == 0 else MEMORY_ALGORITHMS[::-1])
     ]
     results = mem.measure([f.memory_spec(s, name) for name in order], workers=2, fresh=True)
-    row.times["memory"] = time.perf_counter() - t0
-    print(f"[bench-quick] memory: {len(order)} measurements, {row.times['memory']:.0f} s",
+    table.times["memory"] = time.perf_counter() - t0
+    print(f"[bench-quick] memory: {len(order)} measurements, {table.times['memory']:.0f} s",
           file=sys.stderr)  # fmt: skip
     model = f.memory_model(s)
     mib = 2**20
@@ -337,7 +336,7 @@ def run(s: f.Settings) -> f.Section:
             if algo == name
         ]
         extra = [(r["peak"] - r["plain"]) / r["model_bytes"] for r in worst]
-        row.add(
+        table.add(
             ROWS[4 + i],
             f"{model['name']} width {model['width']}, 2 gloo workers, 4 steps at tau = 2",
             f"{h.median(r['peak'] for r in worst) / mib:.0f} MiB peak",
@@ -359,7 +358,7 @@ def run(s: f.Settings) -> f.Section:
     )
     sec.notes.append(
         "Rows' wall-clock: "
-        + ", ".join(f"{k} {v:.0f} s" for k, v in row.times.items())
+        + ", ".join(f"{k} {v:.0f} s" for k, v in table.times.items())
         + " (budgets, the first pairs aside: "
         + ", ".join(f"{k} {v:.0f} s" for k, v in budgets.items())
         + ")."
