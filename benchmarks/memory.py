@@ -184,10 +184,10 @@ def measure(specs: list[dict], workers: int, fresh: bool = False) -> list[list[d
     the results by rank. One set of processes for all specs where the OS can reset the peak
     count (Linux), else (or with `fresh`) fresh processes per spec. `fresh` makes a spec's
     figures independent of the specs before it: in one set of processes the plain phase's
-    peak grows after some algorithms (measured on the width-64 ResNet-18, sync_sgd and
-    overlap_local_sgd alternating: 872, 1044, 1045, 1216, 1216, 1387 MiB, 4 model copies more
-    after each overlap_local_sgd), which lowers the later specs' peak / plain, while
-    peak - plain stays the same."""
+    peak grows from spec to spec (measured on the width-64 ResNet-18, sync_sgd and
+    overlap_local_sgd alternating, sync_sgd first: 872, 1044, 1045, 1216, 1216, 1387 MiB, 4
+    model copies more at each step from a sync_sgd spec to the next), which lowers the later
+    specs' peak / plain, while peak - plain stays the same."""
     import torch.multiprocessing as mp
 
     from experiments.workers.dist import free_port
