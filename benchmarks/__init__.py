@@ -7,5 +7,6 @@ benchmarks/RESULTS.md for what each one means and the latest numbers):
 - `baselines.py` plain PyTorch (DDP, single process) on the suite's own composed config
 - `memory.py`    in-process peak-memory harness (gloo workers, the algorithms' hooks)
 - `families.py`  the six benchmark families
+- `quick.py`     `make bench-quick`: the headline ratios only, <= 10 min (RESULTS-quick.md)
 - `report.py`    Markdown and JSON output
 """

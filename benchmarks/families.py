@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import math
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
@@ -87,9 +88,10 @@ class Section:
 
 @dataclass
 class Settings:
-    """Sizes of the runs: the full benchmark or the quick mode of CI."""
+    """Sizes of the runs: the full benchmark, or the smoke mode of the tests (`--smoke`: a few
+    steps per run, no figure a measurement)."""
 
-    quick: bool = False
+    smoke: bool = False
     device: str = "cpu"  # cpu | cuda (NCCL for the DDP comparison and CUDA memory)
     reps: int = 5  # interleaved repetitions of each A/B pair (at least)
     # Headline pairs repeat until their 95% interval is within +-HALF_WIDTH of the figure, up
@@ -109,8 +111,8 @@ class Settings:
 
     def timed(self) -> list[str]:
         """The workload of the timing benchmarks: the cpu scale (digits, ResNet-18 width 8,
-        4 workers, batch 32), or a tiny one in quick mode (on either device)."""
-        if self.quick:
+        4 workers, batch 32), or a tiny one in smoke mode (on either device)."""
+        if self.smoke:
             return ["dataset=synthetic", "dataset.num_train=256", "model=tiny_cnn", "workers=2"]
         if self.device == "cuda":
             return [
@@ -122,7 +124,7 @@ class Settings:
                 "batch_size=128",
                 "workers=4",
             ]
-        if self.quick:
+        if self.smoke:
             return ["dataset=synthetic", "dataset.num_train=256", "model=tiny_cnn", "workers=2"]
         return ["dataset=digits", "model=resnet18", "model.width=8", "workers=4"]
 
@@ -165,13 +167,19 @@ def _interleaved(
     *,
     max_reps: int | None = None,
     spread: Callable[[list, list], float] | None = None,
+    budget_s: float | None = None,
+    clock: Callable[[], float] = time.perf_counter,
 ):
     """A B, B A, A B, ...: `reps` measurements of each, alternating which goes first so that
     a drift of the machine's load does not favour either side; then, with `spread` (the
     relative half-width of the figure's interval from the lists so far), more pairs until it
-    is within HALF_WIDTH or `max_reps` pairs were made. Returns the two lists."""
+    is within HALF_WIDTH or `max_reps` pairs were made. `budget_s`: no further pair once one
+    more, as long as the mean pair so far, would end past `budget_s` seconds (of `clock`)
+    after the start (the quick bench's rows; the first `reps` pairs are always made).
+    Returns the two lists."""
     xs, ys = [], []
     rep = 0
+    start = clock()
     while True:
         if rep % 2 == 0:
             xs.append(a())
@@ -185,6 +193,8 @@ def _interleaved(
         if spread is None or max_reps is None or rep >= max_reps:
             return xs, ys
         if spread(xs, ys) <= HALF_WIDTH:
+            return xs, ys
+        if budget_s is not None and (clock() - start) * (rep + 1) / rep > budget_s:
             return xs, ys
 
 
@@ -246,34 +256,11 @@ def overhead(s: Settings, ctx: Context) -> Section:
             "target",
         ],
     )
-    epochs = 2 if s.quick else 16  # ~11 steps per epoch and worker: short epochs are noisy
-    common = [*s.backend, *s.timed(), f"epochs={epochs}", "eval_every=1"]
-    comp_s, comm_share = [], []
-
-    def suite_sync() -> list[float]:
-        (run,) = h.suite([*common, "algorithm=sync_sgd"])
-        comp_s.append(run.summary["time/compute_s"] / run.steps)
-        comm_share.append(run.summary["time/comm_exposed_s"] / run.summary["time/train_s"])
-        ctx.setdefault("model_bytes", run.summary["comm/bytes"] // run.steps)
-        return run.epoch_step_s()
-
-    def ddp() -> list[float]:
-        return _baseline_epochs("ddp", [*common, "algorithm=sync_sgd"], s.device)
-
-    # The loop's own overhead: one worker, no communication (tau beyond the run's length).
-    epochs1 = 2 if s.quick else 16  # ~45 steps per epoch
-    one = [o for o in s.timed() if not o.startswith("workers=")]
-    single = [*s.backend, *one, "workers=1", f"epochs={epochs1}", "eval_every=1"]
-
-    def suite_local() -> list[float]:
-        (run,) = h.suite([*single, "algorithm=local_sgd", "tau=1000"])
-        return run.epoch_step_s()
-
-    def plain() -> list[float]:
-        return _baseline_epochs("single", single, s.device)
-
-    pairs = [(suite_sync, ddp), (suite_local, plain)]
-    if s.quick:  # not a measurement: both pairs at once
+    # ~11 steps per epoch and worker (short epochs are noisy); 1 worker: ~45 steps per epoch
+    o = overhead_pairs(s, ctx, epochs=2 if s.smoke else 16, epochs1=2 if s.smoke else 16)
+    common, single, comp_s, comm_share = o.common, o.single, o.comp_s, o.comm_share
+    pairs = [o.sync, o.local]
+    if s.smoke:  # not a measurement: both pairs at once
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(3) as pool:
@@ -297,7 +284,7 @@ def overhead(s: Settings, ctx: Context) -> Section:
     if s.device == "cpu":
         w8 = _step_level(s, ctx, 8)
         _step_row(sec, "step level: SyncSGD hooks / DDP (same processes)", w8, "sync_real", "ddp")
-        if not s.quick:
+        if not s.smoke:
             w64 = _step_level(s, ctx, 64)
             _step_row(
                 sec,
@@ -332,6 +319,52 @@ def overhead(s: Settings, ctx: Context) -> Section:
     return sec
 
 
+@dataclass
+class OverheadPairs:
+    """The overhead rows' two A/B pairs: each side a callable that makes one run and returns
+    its per-epoch step times (epoch 1 left out)."""
+
+    common: list[str]  # the 4-worker workload of sync_sgd / DDP
+    single: list[str]  # the 1-worker workload of local_sgd / plain
+    sync: tuple[Callable[[], list[float]], Callable[[], list[float]]]  # suite sync_sgd, DDP
+    local: tuple[Callable[[], list[float]], Callable[[], list[float]]]  # local_sgd, plain
+    comp_s: list[float] = field(default_factory=list)  # sync_sgd runs: compute s per step
+    comm_share: list[float] = field(default_factory=list)  # and exposed comm / train time
+
+
+def overhead_pairs(s: Settings, ctx: Context, epochs: int, epochs1: int) -> OverheadPairs:
+    """sync_sgd against DDP on the timed workload (`epochs` epochs, evaluated after each), and
+    the loop's own overhead: one worker, no communication (tau beyond the run's length),
+    against plain single-process training (`epochs1` epochs). Shared by the overhead family
+    and the quick bench (benchmarks/quick.py), so both measure the same workloads."""
+    common = [*s.backend, *s.timed(), f"epochs={epochs}", "eval_every=1"]
+    one = [o for o in s.timed() if not o.startswith("workers=")]
+    single = [*s.backend, *one, "workers=1", f"epochs={epochs1}", "eval_every=1"]
+    comp_s: list[float] = []
+    comm_share: list[float] = []
+
+    def suite_sync() -> list[float]:
+        (run,) = h.suite([*common, "algorithm=sync_sgd"])
+        comp_s.append(run.summary["time/compute_s"] / run.steps)
+        comm_share.append(run.summary["time/comm_exposed_s"] / run.summary["time/train_s"])
+        ctx.setdefault("model_bytes", run.summary["comm/bytes"] // run.steps)
+        return run.epoch_step_s()
+
+    def ddp() -> list[float]:
+        return _baseline_epochs("ddp", [*common, "algorithm=sync_sgd"], s.device)
+
+    def suite_local() -> list[float]:
+        (run,) = h.suite([*single, "algorithm=local_sgd", "tau=1000"])
+        return run.epoch_step_s()
+
+    def plain() -> list[float]:
+        return _baseline_epochs("single", single, s.device)
+
+    return OverheadPairs(
+        common, single, (suite_sync, ddp), (suite_local, plain), comp_s, comm_share
+    )
+
+
 WIDE_MODEL_NOTE = (
     "On the full-width ResNet-18 (width 64, 11.2 M parameters, 45 MB of gradients) DDP splits "
     "the gradients into buckets (1 MB first, then up to 25 MB) and starts each bucket's "
@@ -345,13 +378,13 @@ WIDE_MODEL_NOTE = (
 
 
 def _step_level(s: Settings, ctx: Context, width: int) -> dict:
-    """Per-step times of the sides of benchmarks/steps.py on ResNet-18 of `width` (quick: the
+    """Per-step times of the sides of benchmarks/steps.py on ResNet-18 of `width` (smoke: the
     tiny CNN), 2 gloo workers of one thread (one per core: 4 workers on 2 cores made the same
     comparison swing between 0.97 and 1.07 from one launch to the next, as the scheduler
     interleaved them); two launches pooled. Measured once per invocation, shared by
     families."""
     key = f"steps_w{width}"
-    with ctx.setdefault(f"lock_{key}", threading.Lock()):  # quick mode: families in threads
+    with ctx.setdefault(f"lock_{key}", threading.Lock()):  # smoke mode: families in threads
         if key not in ctx:
             ctx[key] = _measure_steps(s, width)
     return ctx[key]
@@ -360,7 +393,7 @@ def _step_level(s: Settings, ctx: Context, width: int) -> dict:
 def _measure_steps(s: Settings, width: int) -> dict:
     from benchmarks import steps
 
-    if s.quick:
+    if s.smoke:
         model, block, blocks, workers = {"name": "tiny_cnn", "width": 8}, 2, 2, 2
     elif width == 8:
         model, block, blocks, workers = {"name": "resnet18", "width": 8}, 5, 30, 2
@@ -375,7 +408,7 @@ def _measure_steps(s: Settings, width: int) -> dict:
         "blocks": blocks,
         "sides": list(steps.SIDES) if width == 8 else ["ddp", "sync_real", "sync_flat"],
     }
-    launches = 1 if s.quick else (2 if width == 8 else 3)
+    launches = 1 if s.smoke else (2 if width == 8 else 3)
     times: dict[str, list[float]] = {}
     per_launch = []
     for _ in range(launches):
@@ -471,24 +504,15 @@ def overlap(s: Settings, ctx: Context) -> Section:
             "target",
         ],
     )
-    epochs, step_s = (2, 0.01) if s.quick else (6, 0.04)
+    epochs, step_s = (2, 0.01) if s.smoke else (6, 0.04)
     workers = 2
-    workload = [o for o in s.timed() if not o.startswith("workers=")] + [f"workers={workers}"]
-    common = [*s.backend, *workload, f"epochs={epochs}", f"eval_every={epochs}"]
-    nbytes = _model_bytes(common)
-    # ring all-reduce, latency 0: T = 2 (m - 1) / m * n / B  ->  B for T = one compute step
-    bandwidth_gbps = 2 * (workers - 1) / workers * nbytes * 8 / (step_s * 1e9)
-    algos = ["overlap_local_sgd"] if s.quick else ["sync_sgd", "local_sgd", *OVERLAP_METHODS]
-    seeds = 1 if s.quick else OVERLAP_SEEDS
+    common, bandwidth_gbps, nbytes = overlap_overrides(s, epochs, step_s, workers)
+    algos = ["overlap_local_sgd"] if s.smoke else ["sync_sgd", "local_sgd", *OVERLAP_METHODS]
+    seeds = 1 if s.smoke else OVERLAP_SEEDS
     runs = h.suite(
         [
             *common,
             f"seed={','.join(str(i) for i in range(seeds))}",
-            "tau=2",
-            "emulate_compute=true",
-            f"compute.step_time_s={step_s}",
-            "network.latency_s=0",
-            f"network.bandwidth_gbps={bandwidth_gbps:.6g}",
             f"algorithm={','.join(algos)}",
             "emulate_network=false,true",
         ],
@@ -549,6 +573,30 @@ def overlap(s: Settings, ctx: Context) -> Section:
         "about 50%; the overlap methods have tau = 2 steps to hide T in."
     )
     return sec
+
+
+def overlap_overrides(
+    s: Settings, epochs: int, step_s: float, workers: int = 2
+) -> tuple[list[str], float, int]:
+    """The overlap rows' workload at tau = 2 (algorithm, seed and `emulate_network` left to
+    the caller): `workers` workers of one core, the compute step fixed at `step_s` seconds,
+    evaluated once at the end, on a network whose modeled all-reduce of the model takes one
+    compute step. Returns (overrides, its bandwidth in Gbps, the model's bytes). Shared by the
+    overlap family and the quick bench (benchmarks/quick.py)."""
+    workload = [o for o in s.timed() if not o.startswith("workers=")] + [f"workers={workers}"]
+    common = [*s.backend, *workload, f"epochs={epochs}", f"eval_every={epochs}"]
+    nbytes = _model_bytes(common)
+    # ring all-reduce, latency 0: T = 2 (m - 1) / m * n / B  ->  B for T = one compute step
+    bandwidth_gbps = 2 * (workers - 1) / workers * nbytes * 8 / (step_s * 1e9)
+    overrides = [
+        *common,
+        "tau=2",
+        "emulate_compute=true",
+        f"compute.step_time_s={step_s}",
+        "network.latency_s=0",
+        f"network.bandwidth_gbps={bandwidth_gbps:.6g}",
+    ]
+    return overrides, bandwidth_gbps, nbytes
 
 
 def _model_bytes(overrides: list[str]) -> int:
@@ -629,7 +677,7 @@ def volume(s: Settings, ctx: Context) -> Section:
             "paper",
         ],
     )
-    if s.quick:
+    if s.smoke:
         model = ["model=tiny_cnn", "dataset.channels=1"]
         algos, ranks = ["powersgd"], [1]
         width, name, channels = None, "tiny_cnn", 1
@@ -644,7 +692,7 @@ def volume(s: Settings, ctx: Context) -> Section:
         "dataset.image_size=8",
         "dataset.num_train=128",
         "dataset.num_test=64",
-        f"workers={1 if s.quick else 2}",
+        f"workers={1 if s.smoke else 2}",
         "batch_size=32",
         "epochs=2",
         "eval_every=2",
@@ -702,7 +750,7 @@ def volume(s: Settings, ctx: Context) -> Section:
                 sec.figures.append(Figure(f"{label}: compression vs sync_sgd", compression))
     sec.notes.append(
         f"Model: {name}{'' if width is None else f' width {width}'}, n = {n:,} parameters "
-        f"(4n = {4 * n:,} bytes), {1 if s.quick else 2} worker(s), tau = 2, batch 32. Bytes "
+        f"(4n = {4 * n:,} bytes), {1 if s.smoke else 2} worker(s), tau = 2, batch 32. Bytes "
         "are the payload this worker hands to collectives (the ledger); the virtual clock's "
         "launch times (a few slots per worker riding in a blocking collective's buffer, or "
         "a small all-reduce next to a non-blocking one) are not payload."
@@ -737,26 +785,9 @@ def memory(s: Settings, ctx: Context) -> Section:
             "held, by design",
         ],
     )
-    if s.quick:
-        model, algos = {"name": "tiny_cnn", "width": 8}, ["sync_sgd", "overlap_local_sgd"]
-    else:
-        model, algos = {"name": "resnet18", "width": 64}, list(ALGORITHMS)
-    specs = [
-        {
-            "device": s.device,
-            "channels": 3,
-            "image_size": 8,
-            "classes": 10,
-            "model": model,
-            "algorithm": name,
-            "options": {},
-            "tau": 2,
-            "batch_size": 32,
-            "plain_steps": 2,
-            "steps": 4,
-        }
-        for name in algos
-    ]
+    algos = ["sync_sgd", "overlap_local_sgd"] if s.smoke else list(ALGORITHMS)
+    model = memory_model(s)
+    specs = [memory_spec(s, name) for name in algos]
     results = mem.measure(specs, workers=2)
     mib = 2**20
     for name, by_rank in zip(algos, results, strict=True):
@@ -784,6 +815,30 @@ def memory(s: Settings, ctx: Context) -> Section:
         "made during a sync); `held` counts only what survives between steps."
     )
     return sec
+
+
+def memory_model(s: Settings) -> dict:
+    """The memory rows' model: the CIFAR ResNet-18 (the tiny CNN in smoke mode)."""
+    return {"name": "tiny_cnn", "width": 8} if s.smoke else {"name": "resnet18", "width": 64}
+
+
+def memory_spec(s: Settings, algorithm: str) -> dict:
+    """One algorithm's measurement of benchmarks/memory.py: 2 plain steps, then 4 steps of the
+    algorithm at tau = 2, batch 32 of 3x8x8 inputs. Shared by the memory family and the quick
+    bench (benchmarks/quick.py)."""
+    return {
+        "device": s.device,
+        "channels": 3,
+        "image_size": 8,
+        "classes": 10,
+        "model": memory_model(s),
+        "algorithm": algorithm,
+        "options": {},
+        "tau": 2,
+        "batch_size": 32,
+        "plain_steps": 2,
+        "steps": 4,
+    }
 
 
 #: What each algorithm must keep between steps (its docstring's state), in model copies.
@@ -824,12 +879,12 @@ def clock(s: Settings, ctx: Context) -> Section:
         "(measured), which is the scheduler, not the clock.",
         ["clock", "wall ms/step (median)", "per seed", "ratio", "target"],
     )
-    epochs = 3 if s.quick else 7
-    reps = 1 if s.quick else max(1, s.reps - 1)
+    epochs = 3 if s.smoke else 7
+    reps = 1 if s.smoke else max(1, s.reps - 1)
     workload = s.timed()
-    if s.device == "cpu" and not s.quick:
+    if s.device == "cpu" and not s.smoke:
         workload = [o if not o.startswith("workers=") else "workers=2" for o in workload]
-    if s.quick:  # epochs of ~30 steps: metrics rows further apart than the watch's 4 ms
+    if s.smoke:  # epochs of ~30 steps: metrics rows further apart than the watch's 4 ms
         workload = [*workload, "dataset.num_train=2048"]
     runs = h.suite(
         [
@@ -848,7 +903,7 @@ def clock(s: Settings, ctx: Context) -> Section:
     def by_seed(timing: str) -> list[h.Run]:
         return sorted(h.pick(runs, timing=timing), key=lambda r: r.config["seed"])
 
-    # An interval shorter than the watch's resolution reads as <= 0 s per step (seen in quick
+    # An interval shorter than the watch's resolution reads as <= 0 s per step (seen in smoke
     # mode, a few steps per epoch): not a time, left out.
     real = [[x for x in r.epoch_wall_step_s() if x > 0] for r in by_seed("real")]
     virtual = [[x for x in r.epoch_wall_step_s() if x > 0] for r in by_seed("virtual")]
@@ -951,15 +1006,15 @@ def scaling(s: Settings, ctx: Context) -> Section:
             "exposed comm share",
         ],
     )
-    workers = [1, 2] if s.quick else [1, 2, 4, 8]
-    algos = ["sync_sgd"] if s.quick else ["sync_sgd", "local_sgd"]
-    model = ["model=tiny_cnn"] if s.quick else ["model=resnet18", "model.width=8"]
+    workers = [1, 2] if s.smoke else [1, 2, 4, 8]
+    algos = ["sync_sgd"] if s.smoke else ["sync_sgd", "local_sgd"]
+    model = ["model=tiny_cnn"] if s.smoke else ["model=resnet18", "model.width=8"]
     runs = h.suite(
         [
             "cluster.backend=gloo",
             "threads_per_worker=1",
             "dataset=synthetic",
-            f"dataset.num_train={256 if s.quick else 4096}",
+            f"dataset.num_train={256 if s.smoke else 4096}",
             *model,
             "batch_size=32",
             "epochs=2",
@@ -1053,10 +1108,10 @@ def sim(s: Settings, ctx: Context) -> Section:
         "design note).",
         ["figure", "workload", "measured", "contrast", "ratio", "per rep", "target"],
     )
-    reps = 1 if s.quick else 3
+    reps = 1 if s.smoke else 3
     walls: dict[str, list[float]] = {"sim": [], "local": [], "before": []}
     for _ in range(reps):
-        if not s.quick:  # quick mode: the two ways of today only
+        if not s.smoke:  # smoke mode: the two ways of today only
             walls["before"].append(_wall_of_run([*TINY_RUN, "cluster=local"], BEFORE))
         walls["local"].append(_wall_of_run([*TINY_RUN, "cluster=local"]))
         walls["sim"].append(_wall_of_run([*TINY_RUN, "cluster=sim"]))
@@ -1080,7 +1135,7 @@ def sim(s: Settings, ctx: Context) -> Section:
         sec.figures.append(Figure(label, value, target, limit))
         sec.figures.append(Figure(f"{label.split(' (')[0]} / before issue 16", value / before))
 
-    sizes = [2] if s.quick else [4, 16]
+    sizes = [2] if s.smoke else [4, 16]
     for m, batched in [(m, b) for m in sizes for b in (False, True)]:
         ratio, per_rep, sim_sps, one_sps = _throughput(s, m, batched)
         target, limit = {4: (">= 0.8", 0.8), 16: (">= 0.6", 0.6)}.get(m, ("", None))
@@ -1090,7 +1145,7 @@ def sim(s: Settings, ctx: Context) -> Section:
         sec.rows.append(
             [
                 name,
-                f"resnet18 width {8 if not s.quick else 'tiny'}, batch 32 x {m}",
+                f"resnet18 width {8 if not s.smoke else 'tiny'}, batch 32 x {m}",
                 f"{sim_sps:.0f} samples/s",
                 f"{one_sps:.0f} samples/s",
                 _fmt_ratio(ratio),
@@ -1103,7 +1158,7 @@ def sim(s: Settings, ctx: Context) -> Section:
         from benchmarks import sim as mech
 
         for m in sizes:
-            r = mech.measure(m, width=8, batch=32, reps=2 if s.quick else 10)
+            r = mech.measure(m, width=8, batch=32, reps=2 if s.smoke else 10)
             sec.rows.append(
                 [
                     f"mechanisms, {m} replicas (prototype)",
@@ -1176,14 +1231,14 @@ def _throughput(
     """(median ratio of samples/s, per-rep ratios, samples/s in-process, of one model) for m
     workers in one process (`batched`: cluster.batched=true, experiments/workers/batched.py)
     against one model on the global batch (see `sim`)."""
-    steps_per_epoch = 2 if s.quick else 12
+    steps_per_epoch = 2 if s.smoke else 12
     if s.device == "cuda":
         batch, model = 128, ["model=resnet18", "model.width=64"]
         data = ["dataset=synthetic", "dataset.channels=3", "dataset.image_size=32"]
         cluster = ["cluster=sim", "cluster.device=cuda"]
     else:
         batch = 32
-        model = ["model=tiny_cnn"] if s.quick else ["model=resnet18", "model.width=8"]
+        model = ["model=tiny_cnn"] if s.smoke else ["model=resnet18", "model.width=8"]
         data = ["dataset=synthetic", "dataset.channels=1", "dataset.image_size=8"]
         cluster = ["cluster=sim"]
     common = [
@@ -1194,13 +1249,13 @@ def _throughput(
         "dataset.num_test=64",
         "algorithm=local_sgd",
         "tau=100000",  # no sync: the compute of m replicas against one model's
-        f"epochs={2 if s.quick else 4}",
+        f"epochs={2 if s.smoke else 4}",
         "eval_every=1",
         "timing=virtual",
         "compute.step_time_s=0.01",
     ]
     ratios, sim_sps, one_sps = [], [], []
-    for _ in range(1 if s.quick else s.reps):
+    for _ in range(1 if s.smoke else s.reps):
         (many,) = h.suite(
             [
                 *common,
@@ -1256,7 +1311,7 @@ def workflows(s: Settings, ctx: Context) -> Section:
         "Wall-clock of the commands a user types, after set-up, into a temporary OUT and "
         "RESULTS: `make demo` (one real multi-process run, then the comparison with its workers "
         "in one process) and `make table1 SCALE=cpu CLUSTER=sim` (the 60 runs of Table 1 at the "
-        "cpu scale's `scale.table_workers`, then the report). In quick mode a reduced version "
+        "cpu scale's `scale.table_workers`, then the report). In smoke mode a reduced version "
         "of each (not a measurement).",
         ["command", "measured", "target"],
     )
@@ -1271,23 +1326,23 @@ def workflows(s: Settings, ctx: Context) -> Section:
         ("make table1 SCALE=cpu CLUSTER=sim (s)", ["table1", "SCALE=cpu", "CLUSTER=sim"],
          "<= 300", 300.0),
     ]  # fmt: skip
-    for name, args, target, limit in commands[:1] if s.quick else commands:
+    for name, args, target, limit in commands[:1] if s.smoke else commands:
         with tempfile.TemporaryDirectory(prefix="bench-make-") as tmp:
             # STAMP= : the set-up is done (the running interpreter is the suite's)
             cmd = [make, "-s", *args, "STAMP=", f"PY={sys.executable}", f"OUT={tmp}/out",
                    f"RESULTS={tmp}/results"]  # fmt: skip
-            if s.quick:
-                cmd = _quick_workflow(args[0], tmp)
+            if s.smoke:
+                cmd = _smoke_workflow(args[0], tmp)
             t0 = time.perf_counter()
             h.run_command(cmd, timeout=3600)
             wall = time.perf_counter() - t0
-        sec.rows.append([("quick: " if s.quick else "") + name, f"{wall:.0f} s", target])
+        sec.rows.append([("smoke: " if s.smoke else "") + name, f"{wall:.0f} s", target])
         sec.figures.append(Figure(name, wall, target, limit))
     return sec
 
 
-def _quick_workflow(what: str, tmp: str) -> list[str]:
-    """A few runs of the same commands' path (quick mode)."""
+def _smoke_workflow(what: str, tmp: str) -> list[str]:
+    """A few runs of the same commands' path (smoke mode)."""
     import sys
 
     preset = "demo" if what == "demo" else "table1"

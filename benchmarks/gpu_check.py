@@ -16,7 +16,7 @@ stop the others):
 4. every registry algorithm for a few steps: 2 worker processes sharing the GPU (gloo on CUDA
    tensors) and 4 in-process workers on it (`cluster=sim`);
 5. dtypes: the suite offers float32 and float64 (no mixed precision); float64 on the GPU;
-6. `python -m benchmarks --device cuda --quick` (the benchmarks' CUDA code path).
+6. `python -m benchmarks --device cuda --smoke` (the benchmarks' CUDA code path).
 
 It writes a short Markdown report of what ran and what it measured (--out). On a machine
 without a CUDA device it says so in one line and exits 0, writing nothing.
@@ -301,13 +301,13 @@ def check_bench(budget: Budget) -> list[str]:
     from benchmarks import harness as h
 
     with tempfile.TemporaryDirectory() as tmp:
-        out_md = Path(tmp) / "RESULTS-gpu-quick.md"
-        cmd = [sys.executable, "-m", "benchmarks", "--device", "cuda", "--quick", "--out",
+        out_md = Path(tmp) / "RESULTS-gpu-smoke.md"
+        cmd = [sys.executable, "-m", "benchmarks", "--device", "cuda", "--smoke", "--out",
                str(out_md)]  # fmt: skip
         h.run_command(cmd, timeout=budget.timeout(300))
         figures = json.loads(out_md.with_suffix(".json").read_text())
     n = sum(len(sec["figures"]) for sec in figures["sections"].values())
-    return [f"python -m benchmarks --device cuda --quick: {len(figures['sections'])} families, "
+    return [f"python -m benchmarks --device cuda --smoke: {len(figures['sections'])} families, "
             f"{n} figures, no error"]  # fmt: skip
 
 
@@ -317,7 +317,7 @@ CHECKS: list[tuple[str, Callable[[Budget], list[str]]]] = [
     ("clocks on the GPU", check_clocks),
     ("every algorithm", check_algorithms),
     ("dtypes", check_dtypes),
-    ("benchmarks --device cuda --quick", check_bench),
+    ("benchmarks --device cuda --smoke", check_bench),
 ]
 
 

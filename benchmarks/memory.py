@@ -179,10 +179,15 @@ def _worker(rank: int, m: int, specs: list[dict], out_dir: str, port: int, fresh
     exit_spawned_worker()
 
 
-def measure(specs: list[dict], workers: int) -> list[list[dict]]:
+def measure(specs: list[dict], workers: int, fresh: bool = False) -> list[list[dict]]:
     """Measure every spec (one algorithm each) in `workers` gloo processes; returns, per spec,
     the results by rank. One set of processes for all specs where the OS can reset the peak
-    count (Linux), else fresh processes per spec."""
+    count (Linux), else (or with `fresh`) fresh processes per spec. `fresh` makes a spec's
+    figures independent of the specs before it: in one set of processes the plain phase's
+    peak grows from spec to spec (measured on the width-64 ResNet-18, sync_sgd and
+    overlap_local_sgd alternating, sync_sgd first: 872, 1044, 1045, 1216, 1216, 1387 MiB, 4
+    model copies more at each step from a sync_sgd spec to the next), which lowers the later
+    specs' peak / plain, while peak - plain stays the same."""
     import torch.multiprocessing as mp
 
     from experiments.workers.dist import free_port
@@ -191,7 +196,7 @@ def measure(specs: list[dict], workers: int) -> list[list[dict]]:
     # a freed buffer of one algorithm cannot hide the next one's allocations from the RSS.
     os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
     cpu = torch.device("cpu")
-    shared = specs[0]["device"] == "cuda" or reset_peak(cpu)
+    shared = not fresh and (specs[0]["device"] == "cuda" or reset_peak(cpu))
     groups = [specs] if shared else [[spec] for spec in specs]
     out: list[list[dict]] = []
     for group in groups:

@@ -45,9 +45,13 @@ How each figure is measured (details in each section and in `benchmarks/`):
 
 
 def markdown(
-    sections: list[Section], meta: dict, errors: dict[str, str], retries: list[str] = ()
+    sections: list[Section],
+    meta: dict,
+    errors: dict[str, str],
+    retries: list[str] = (),
+    intro: str = INTRO,
 ) -> str:
-    out = [INTRO]
+    out = [intro]
     out.append("## Machine and command\n")
     out.append("| | |\n|---|---|")
     for k, v in meta.items():
@@ -139,9 +143,11 @@ def write(
     meta: dict,
     errors: dict[str, str],
     retries: list[str] = (),
+    intro: str = INTRO,
 ) -> str:
-    """Write `path` (Markdown) and `path` with suffix .json; return the Markdown."""
-    text = markdown(sections, meta, errors, retries)
+    """Write `path` (Markdown) and `path` with suffix .json; return the Markdown (`intro`: its
+    opening text, the full bench's by default)."""
+    text = markdown(sections, meta, errors, retries, intro)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
     path.with_suffix(".json").write_text(

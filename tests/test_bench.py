@@ -1,6 +1,7 @@
-"""`python -m benchmarks --quick` (what `make bench` runs, a few steps per run): every family
-runs, the Markdown table and its JSON are written, and every figure is a finite positive number.
-The targets are checked by running the full benchmarks, not here."""
+"""`python -m benchmarks --smoke` (what `make bench` runs, a few steps per run): every family
+runs, the Markdown table and its JSON are written, and every figure is a finite positive number;
+`--quick --smoke`: the quick bench's headline rows, the same way. The targets are checked by
+running the benchmarks, not here."""
 
 from __future__ import annotations
 
@@ -15,9 +16,9 @@ from tests.cli import module
 
 
 @pytest.mark.e2e
-def test_quick_benchmarks_write_every_figure(tmp_path):
+def test_smoke_benchmarks_write_every_figure(tmp_path):
     out = tmp_path / "RESULTS.md"
-    proc = module("benchmarks", "--quick", "--out", str(out), timeout=300)
+    proc = module("benchmarks", "--smoke", "--out", str(out), timeout=300)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
 
     text = out.read_text()
@@ -36,7 +37,71 @@ def test_quick_benchmarks_write_every_figure(tmp_path):
                 key,
                 figure,
             )
-    assert results["meta"]["command"].startswith("python -m benchmarks --quick")
+    assert results["meta"]["command"].startswith("python -m benchmarks --smoke")
+
+
+@pytest.mark.e2e
+def test_the_quick_bench_measures_exactly_the_headline_rows_and_writes_its_file(tmp_path):
+    from benchmarks.quick import ROWS
+
+    out = tmp_path / "RESULTS-quick.md"
+    proc = module("benchmarks", "--quick", "--smoke", "--out", str(out), timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+
+    results = json.loads(out.with_suffix(".json").read_text())
+    assert results["errors"] == {}
+    assert list(results["sections"]) == ["quick"]
+    section = results["sections"]["quick"]
+    assert [row[0] for row in section["rows"]] == list(ROWS)
+    assert section["columns"][-1] == "full bench"
+    full = {row[0]: row[-1] for row in section["rows"]}
+    for name in ROWS[:3]:  # the full bench's target and last figure, from its committed file
+        assert full[name].startswith("target <= 1.0") and "RESULTS.json at" in full[name]
+    assert "RESULTS-sim.json at" in full[ROWS[3]]
+    assert all("RESULTS-memory.json at" in full[name] for name in ROWS[4:])
+    figures = {figure["name"]: figure for figure in section["figures"]}
+    assert set(ROWS) <= set(figures)
+    for figure in figures.values():
+        value = figure["value"]
+        assert isinstance(value, int | float) and math.isfinite(value) and value > 0, figure
+        low, high = figure["interval"]
+        assert low <= value <= high and figure["reps"] >= 1, figure
+    meta = results["meta"]
+    assert meta["command"] == f"python -m benchmarks --quick --smoke --out {out}"
+    assert meta["mode"].startswith("quick rows at smoke sizes")
+    for key in ("date", "cpu", "git", "load_avg", "duration", "load_avg_after"):
+        assert meta[key], key
+    text = out.read_text()
+    assert text.startswith("# Quick bench: the headline ratios")
+    assert "| figure | workload | A | B | ratio | 95% interval (n) |" in text
+
+
+def test_the_quick_bench_refuses_family_options_before_any_work(tmp_path):
+    proc = module("benchmarks", "--quick", "--only", "overhead", "--out", str(tmp_path / "q.md"))
+    assert proc.returncode == 2
+    last = proc.stderr.strip().splitlines()[-1]
+    assert last.endswith("error: --quick runs its own rows, one at a time: no --only or --jobs")
+    assert not list(tmp_path.iterdir())
+
+
+def test_make_bench_quick_runs_the_quick_bench_and_make_bench_the_full_one():
+    from tests.cli import REPO
+
+    makefile = (REPO / "Makefile").read_text()
+    recipe = makefile.split("\nbench-quick:", 1)[1].split("\n\n", 1)[0]
+    assert recipe.rstrip().endswith("-m benchmarks --quick")
+    recipe = makefile.split("\nbench:", 1)[1].split("\n\n", 1)[0]
+    assert recipe.rstrip().endswith("-m benchmarks")
+
+
+def test_the_committed_quick_results_are_the_quick_bench_on_its_headline_rows():
+    from benchmarks.quick import ROWS
+    from tests.cli import REPO
+
+    results = json.loads((REPO / "benchmarks" / "RESULTS-quick.json").read_text())
+    assert results["meta"]["command"] == "python -m benchmarks --quick"
+    assert results["meta"]["mode"] == "quick: the headline ratios"
+    assert [row[0] for row in results["sections"]["quick"]["rows"]] == list(ROWS)
 
 
 # --- figures with their noise (issue 15 item 6): unit tests of the interval and the verdicts --
@@ -111,6 +176,32 @@ def test_headline_pairs_repeat_until_the_interval_is_within_2_percent():
     assert len(xs) == 5  # no spread: fixed repetitions
     same = [[1.0, 1.0]] * 4
     assert _pair_spread(same, same) == 0.0
+
+
+def test_quick_rows_stop_adding_pairs_before_their_time_budget_runs_out():
+    from benchmarks.families import _interleaved
+
+    now = {"t": 0.0}
+
+    def side():  # each measurement takes 10 s of the fake clock
+        now["t"] += 10.0
+        return [1.0]
+
+    def run(budget_s, reps=2, max_reps=12):
+        now["t"] = 0.0
+        xs, ys = _interleaved(
+            side, side, reps, max_reps=max_reps, spread=lambda a, b: 1.0, budget_s=budget_s,
+            clock=lambda: now["t"],
+        )  # fmt: skip
+        assert len(xs) == len(ys)
+        return len(xs), now["t"]
+
+    assert run(100.0) == (5, 100.0)  # 20 s a pair: a 6th pair would end at 120 s
+    assert run(119.0) == (5, 100.0)
+    assert run(120.0) == (6, 120.0)
+    assert run(10.0) == (2, 40.0)  # the first `reps` pairs are always made
+    assert run(1000.0, max_reps=4) == (4, 80.0)  # the cap still holds
+    assert run(None)[0] == 12  # no budget: up to max_reps
 
 
 def test_step_level_rows_carry_their_interval_and_a_verdict_read_from_it():

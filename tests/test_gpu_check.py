@@ -52,7 +52,7 @@ def test_it_covers_every_cuda_path_a_one_gpu_machine_reaches():
         "clocks on the GPU",
         "every algorithm",
         "dtypes",
-        "benchmarks --device cuda --quick",
+        "benchmarks --device cuda --smoke",
     ]
     source = inspect.getsource(gpu_check.check_algorithms)
     assert "algorithms.REGISTRY" in source and "cluster=sim" in source
