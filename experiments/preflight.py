@@ -4,12 +4,13 @@
 schema declares (Hydra lets `+key=value` add them), interpolations (`tau=${oops}`), then
 `check_values`: every value (`validate`), the fault-injection variable, W&B credentials for
 `wandb.mode=online`, and what a launcher (torchrun, srun) decided against what the config says
-(world size, nodes, workers per node); then the output root (together: `check_config`); last
-`check_machine`: the model (built on the `meta` device, no memory), the data and its partition, the
-devices the backend needs (GPUs). Everything before `check_machine` is torch-free (as composing the
-config is: algorithms/__init__.py), so that bad input is answered without `import torch` (issue 26;
-tests/test_torch_free.py); `check_machine` imports torch, which the run needs next anyway. It
-returns the run's directory and identity. A single run calls it from the Hydra callback `Preflight`
+(world size, nodes, workers per node); then the output root, without making it (together:
+`check_config`); then `check_machine`: the model (built on the `meta` device, no memory), the data
+and its partition, the devices the backend needs (GPUs). Everything before `check_machine` is torch-
+free (as composing the config is: algorithms/__init__.py), so that bad input is answered without
+`import torch` (issue 26; tests/test_torch_free.py); `check_machine` imports torch, which the run
+needs next anyway; last, the output root is made and written to (`check_output_root`). It returns
+the run's directory and identity. A single run calls it from the Hydra callback `Preflight`
 (conf/config.yaml: `hydra.callbacks`), after Hydra composed the config and before it creates the run
 directory; a sweep calls it for every point (hydra_plugins/commsgd_sweeper), before launching any;
 the run itself (experiments/runner.py) calls `check_job` (both parts) again before any worker
@@ -70,6 +71,7 @@ def check(config: DictConfig, sweep: bool = False) -> Point:
 
     plain, run_dir, launcher, here = check_config(config, sweep)
     check_machine(plain, launcher, local=here)
+    check_output_root(run_dir.parent)  # creates `runs`: only for a config that passed the rest
     return Point(run_dir=run_dir.absolute(), digest=digest(plain), config=plain)
 
 
@@ -95,7 +97,7 @@ def check_config(
         run_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
     else:
         run_dir = Path(str(config.hydra.run.dir))
-    check_output_root(run_dir.parent)
+    check_output_root_unmade(run_dir.parent)
     check_run_dir_name(run_dir)
     return plain, run_dir, launcher, here
 
@@ -554,6 +556,25 @@ def check_output_root(runs: Path) -> None:
             f"output directory {runs} is full: {free_mb:.1f} MB free, a run needs at least "
             f"{needed:.0f} MB (COMMSGD_MIN_FREE_MB)"
         )
+
+
+def check_output_root_unmade(runs: Path) -> None:
+    """`check_output_root`'s refusals that need nothing made, for the torch-free checks: the
+    nearest existing folder on the way to `runs` must be a directory this process may write
+    (`os.access`; the same line as `check_output_root`'s). `check_output_root` proves it later,
+    by writing, once the config passed every other check (a refused config makes nothing)."""
+    import errno
+
+    path = runs
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not path.is_dir():
+        why = os.strerror(errno.ENOTDIR)
+    elif not os.access(path, os.W_OK | os.X_OK):
+        why = os.strerror(errno.EACCES)
+    else:
+        return
+    raise UserError(f"output directory {runs} is not writable: {why}")
 
 
 NAME_MAX = 255  # bytes of one path component (Linux, macOS)
