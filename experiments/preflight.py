@@ -571,7 +571,8 @@ def check_output_root_unmade(runs: Path) -> None:
     if not path.is_dir():
         why = os.strerror(errno.ENOTDIR)
     elif not os.access(path, os.W_OK | os.X_OK):
-        why = os.strerror(errno.EACCES)
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+        why = os.strerror(errno.EROFS if read_only else errno.EACCES)
     else:
         return
     raise UserError(f"output directory {runs} is not writable: {why}")
