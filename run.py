@@ -218,24 +218,29 @@ def cli() -> None:
     from omegaconf.errors import OmegaConfBaseException
 
     from experiments.preflight import describe
-    from experiments.store.checkpoint import STOPS
+    from experiments.workers import startup
 
-    for sig in STOPS:
+    # checkpoint.py's STOPS, as startup.py names them without torch (bad input answers without
+    # importing it: tests/test_torch_free.py)
+    for sig in startup.STOP_SIGNALS:
         if sig != signal.SIGINT:
             signal.signal(sig, _raise_stop)
     signal.signal(signal.SIGINT, signal.default_int_handler)
     os.environ["HYDRA_FULL_ERROR"] = "1"
     if _PROGRAM:  # (not in another program's process: it would patch that program's Hydra)
         _compose_once()
-    from experiments.workers import startup
-
     if startup.starts_processes(sys.argv[1:]):
         startup.warm()  # the workers' forkserver imports torch while Hydra composes the config
     try:
         sys.argv[1:] = normalized_argv(sys.argv[1:])
         main()
+    except SystemExit as e:
+        if e.code == EXIT_USER:  # refused (the pre-flight, a run's own check): nothing started
+            startup.stop_server()
+        raise
     except (UserError, HydraException, OmegaConfBaseException) as e:
         _say(f"error: {describe(e)}")
+        startup.stop_server()
         sys.exit(EXIT_USER)
     except OneLine as e:  # not a run's: e.g. the sweeper could not write its record
         _say(f"error: {e}")

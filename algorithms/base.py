@@ -34,17 +34,17 @@ factors, stale snapshots, counters, the accumulators of `metrics()`) is an attri
 its snapshot (`Pending.snapshot()`: the sum, waited for in real time, and its modeled times), so
 a run restored from a checkpoint continues exactly as the uninterrupted run, clock and ledger
 included. That needs every rank to have launched the collective; algorithms whose collectives
-start at rank-dependent steps (OSP, LOSP) set `checkpoint_anywhere = False` and are saved only
-after `drain()` (at evaluation points).
+start at rank-dependent steps (OSP, LOSP) set `checkpoint_anywhere = False` (in their Config,
+algorithms/base_config.py) and are saved only after `drain()` (at evaluation points).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
+from algorithms.base_config import Config
 from algorithms.comm import Comm, Pending
 
 # The local SGD's implementation: torch's multi-tensor ("foreach") one, which torch picks by
@@ -56,23 +56,29 @@ from algorithms.comm import Comm, Pending
 FOREACH = True
 
 
-@dataclass
-class Config:
-    """Algorithm knobs live under `algorithm.` in the config; this one has none."""
+class _OfConfig:
+    """A fact about the algorithm that its Config declares (algorithms/base_config.py: the
+    config's checks read it there, without torch), read on the rule as a class attribute."""
+
+    def __set_name__(self, owner: type, name: str) -> None:
+        self.name = name
+
+    def __get__(self, obj: Any, owner: type | None = None) -> Any:
+        return getattr((owner or type(obj)).Config, self.name)
 
 
 class Algorithm:
     Config = Config
-    #: True when the algorithm works in rounds of the top-level `tau` local steps.
-    periodic: bool = False
+    #: True when the algorithm works in rounds of the top-level `tau` local steps (its Config's).
+    periodic = _OfConfig()
     #: Names of the attributes that make up the algorithm's state (tensors, lists of tensors,
     #: numbers), saved by `state_dict()`.
     state: tuple[str, ...] = ()
     #: Names of the attributes that may hold a collective in flight (a `Pending` or None).
     inflight: tuple[str, ...] = ()
     #: Whether a checkpoint may be taken between any two steps (every collective in flight was
-    #: launched by every rank); False: only after `drain()` on every rank.
-    checkpoint_anywhere: bool = True
+    #: launched by every rank); False: only after `drain()` on every rank (its Config's).
+    checkpoint_anywhere = _OfConfig()
 
     def __init__(
         self,
@@ -88,7 +94,9 @@ class Algorithm:
     @classmethod
     def check(cls, cfg: Config, run: dict[str, Any]) -> None:
         """Reject knob values that are wrong only in combination with the run's config (e.g.
-        EASGD's m * alpha < 1 needs the number of workers). Raise ValueError, one line."""
+        EASGD's m * alpha < 1 needs the number of workers). Raise ValueError, one line. The
+        Config's own `check` (torch-free: the pre-flight calls it without the rule)."""
+        cfg.check(run)
 
     @classmethod
     def local_optimizer(

@@ -45,17 +45,11 @@ Deviations from the paper and the reference code:
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
 
 import torch
 
 from algorithms.base import Algorithm
-
-
-@dataclass
-class Config:
-    """CoCoD-SGD has no knobs (the round length is the top-level `tau`); the empty dataclass
-    still makes a misspelled `algorithm.` key fail."""
+from algorithms.cocod_sgd_config import Config
 
 
 @torch.no_grad()
@@ -71,7 +65,6 @@ def add_progress_(
 
 class CoCoDSGD(Algorithm):
     Config = Config
-    periodic = True
     state = ("snapshot", "average")
     inflight = ("pending",)
 

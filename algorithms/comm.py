@@ -64,6 +64,7 @@ from dataclasses import dataclass
 import torch
 from torch._utils import _unflatten_dense_tensors
 
+from algorithms.base_config import COMPRESSIONS
 from algorithms.group import Group, as_group
 
 
@@ -101,7 +102,6 @@ def copy_into_(targets: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
         torch._foreach_copy_(list(targets), unflatten(flat, targets))
 
 
-COMPRESSIONS = ("none", "fp16", "bf16", "int8")
 # int8: values per absmax scale. Blocks never straddle two tensors, so a bias or a control
 # value (OSP's flag) gets scales of its own. 1024: 4 bytes of scale per 1024 values (0.4%).
 INT8_BLOCK = 1024

@@ -90,55 +90,15 @@ Deviations from the paper and the reference code:
 from __future__ import annotations
 
 import copy
-import numbers
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from algorithms.base import Algorithm
 from algorithms.comm import copy_into_, flatten
+from algorithms.easgd_config import Config, default_alpha, stability_error
 from algorithms.mixing import pull_toward_
-
-CENTRE_BN = ("recompute", "average")
-
-
-@dataclass
-class Config:
-    # Moving rate alpha of each worker toward the centre, in [0, 1]; None = 0.9 / workers.
-    # Needs workers * alpha < 1 (checked against the run's worker count).
-    alpha: float | None = None
-    # BatchNorm statistics of the evaluated centre: recompute (on a fixed set of training
-    # batches) or average (the workers' buffers, computed on other weights).
-    centre_bn: str = "recompute"
-
-    def __post_init__(self):
-        if self.centre_bn not in CENTRE_BN:
-            raise ValueError(
-                f"algorithm.centre_bn must be one of {', '.join(CENTRE_BN)}, got {self.centre_bn!r}"
-            )
-        if self.alpha is None:
-            return
-        if not isinstance(self.alpha, numbers.Real) or isinstance(self.alpha, bool):
-            raise ValueError(f"algorithm.alpha must be a number in [0, 1], got {self.alpha!r}")
-        if not 0 <= self.alpha <= 1:
-            raise ValueError(f"algorithm.alpha must be in [0, 1], got {self.alpha}")
-
-
-def default_alpha(num_workers: int) -> float:
-    """beta = m * alpha = 0.9, the original paper's guidance [M]."""
-    return 0.9 / num_workers
-
-
-def stability_error(label: str, alpha: float, num_workers: int) -> str | None:
-    """The one-line reason why (eq. 3) diverges, or None when m * alpha < 1."""
-    if num_workers * alpha < 1:
-        return None
-    return (
-        f"{label} needs workers * alpha < 1 (got {num_workers} x {alpha:g} = "
-        f"{num_workers * alpha:g}): the centre update z <- (1 - m*alpha) z + ... is unstable"
-    )
 
 
 @torch.no_grad()
@@ -155,7 +115,6 @@ def centre_message(
 
 class EASGD(Algorithm):
     Config = Config
-    periodic = True
     state = ("centre", "in_round")
     inflight = ("pending",)
     #: Local optimizer keeps the run's momentum (EAMSGD) or runs plain SGD (EASGD).

@@ -68,59 +68,20 @@ mid-round takes one outer step on the partial round.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from algorithms.base import Algorithm
-from algorithms.outer import OuterConfig, OuterOptimizer, pseudo_gradient
-
-MOMENTUM_AT_SYNC = ("keep", "average", "reset")
-
-
-@dataclass
-class Config(OuterConfig):
-    # What happens to the local momentum buffers at a sync: keep (reference), average, reset.
-    momentum_at_sync: str = "keep"
-
-    def __post_init__(self):
-        super().__post_init__()
-        if self.momentum_at_sync not in MOMENTUM_AT_SYNC:
-            raise ValueError(
-                f"algorithm.momentum_at_sync must be one of {', '.join(MOMENTUM_AT_SYNC)}, "
-                f"got {self.momentum_at_sync!r}"
-            )
-
-
-@dataclass
-class BMUFConfig(Config):
-    """BMUF (Chen & Huo 2016): block LR 1, block momentum 1 - 1/workers [M]."""
-
-    outer: str = "momentum"
-    outer_momentum: float | None = None
-
-
-@dataclass
-class SlowMoConfig(Config):
-    """SlowMo (Wang et al. 2020): slow LR 1, slow momentum 0.5 (the defaults of fairscale's
-    SlowMoDistributedDataParallel, by the paper's authors; the paper tunes beta per task)."""
-
-    outer: str = "momentum"
-    outer_momentum: float | None = 0.5
-
-
-@dataclass
-class DiLoCoConfig(Config):
-    """DiLoCo (Douillard et al. 2023): outer Nesterov SGD, LR 0.7, momentum 0.9."""
-
-    outer: str = "nesterov"
-    outer_lr: float = 0.7
-    outer_momentum: float | None = 0.9
+from algorithms.local_sgd_config import (
+    BMUFConfig,
+    Config,
+    DiLoCoConfig,
+    SlowMoConfig,
+)
+from algorithms.outer import OuterOptimizer, pseudo_gradient
 
 
 class LocalSGD(Algorithm):
     Config = Config
-    periodic = True
     state = ("in_round", "outer_model", "outer_buffers")
 
     def __init__(self, *args, **kwargs):

@@ -102,33 +102,12 @@ window) and `window_steps` (mean window length), this worker's values.
 from __future__ import annotations
 
 import copy
-from dataclasses import dataclass
 
 import torch
 
 from algorithms.base import Algorithm
 from algorithms.comm import Pending, copy_into_, flatten
-
-COMPENSATIONS = ("delta", "none", "gradient")
-
-
-@dataclass
-class Config:
-    # Longest overlap window in local steps (W); then the worker waits. null = 4 * tau; 0 = wait
-    # at once (no window).
-    max_overlap_steps: int | None = None
-    # Server learning rate eta_s: w_{r+1} = w_r - server_lr * mean_j U_j (1 = plain averaging).
-    server_lr: float = 1.0
-
-    def __post_init__(self):
-        w = self.max_overlap_steps
-        if w is not None and (isinstance(w, bool) or not isinstance(w, int) or w < 0):
-            raise ValueError(
-                f"algorithm.max_overlap_steps must be an integer >= 0 or null, got {w!r}"
-            )
-        lr = self.server_lr
-        if isinstance(lr, bool) or not isinstance(lr, int | float) or not lr > 0:
-            raise ValueError(f"algorithm.server_lr must be a number > 0, got {lr!r}")
+from algorithms.osp_config import COMPENSATIONS, Config
 
 
 def compensate(
@@ -147,7 +126,6 @@ def compensate(
 
 class OSP(Algorithm):
     Config = Config
-    periodic = True
     state = (
         "global_model",
         "base",
@@ -158,8 +136,6 @@ class OSP(Algorithm):
         "_windows_logged",
         "_rounds_logged",
     )
-    # Pushes start at rank-dependent steps: a checkpoint waits for drain() (evaluation points).
-    checkpoint_anywhere = False
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)

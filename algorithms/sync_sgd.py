@@ -57,23 +57,15 @@ backward (`bucket_mb=0`, which conf/experiment/fig4.yaml uses).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-
 import torch
 
 from algorithms.base import Algorithm
 from algorithms.comm import Pending
+from algorithms.sync_sgd_config import Config
 
 MB = 2**20  # DDP's unit of bucket_cap_mb
 FIRST_BUCKET_MB = 1.0  # DDP's first bucket (torch.distributed._DEFAULT_FIRST_BUCKET_BYTES)
 FORWARD_SHARE = 1 / 3  # [I] of a step's compute: forward 1, backward ~2 (the FLOP ratio)
-
-
-@dataclass
-class Config:
-    # Gradient bucket size in MB (2**20 bytes), averaged as backward produces them, DDP's
-    # default 25; 0 = one blocking average of all gradients after backward (no overlap).
-    bucket_mb: float = 25.0
 
 
 def plan_buckets(params: list[torch.Tensor], bucket_mb: float) -> list[list[int]]:

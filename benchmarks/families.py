@@ -9,6 +9,7 @@ measured side by side in this invocation) and the notes that explain them.
     scaling   steps per second with 1, 2, 4 and 8 workers on this machine
     sim       workers in one process (cluster=sim): fixed cost of a run, throughput vs one model
     workflows `make demo` and `make table1 SCALE=cpu CLUSTER=sim`, end to end
+    bad_input `python run.py algorithm=nope` and `tau=0`: the one-line error without torch
 """
 
 from __future__ import annotations
@@ -1351,6 +1352,41 @@ def _smoke_workflow(what: str, tmp: str) -> list[str]:
             "algorithm=overlap_local_sgd", "tau=2", "epochs=1"]  # fmt: skip
 
 
+def bad_input(s: Settings, ctx: Context) -> Section:
+    sec = Section(
+        "bad_input",
+        "9. Bad input",
+        "Seconds from starting `python run.py ARGS` to its exit with code 2 and its one-line "
+        "error, output read through pipes as a script reads it, median of 5 (issue 26: "
+        "composing the config and the pre-flight's checks import no torch; "
+        "tests/test_torch_free.py checks the imports). Absolute seconds: on a shared machine "
+        "they include the neighbours.",
+        ["command", "median", "per rep", "target"],
+    )
+    import statistics
+    import subprocess
+    import sys
+    import tempfile
+    import time
+
+    for args in (["algorithm=nope"], ["tau=0"]):
+        walls = []
+        with tempfile.TemporaryDirectory(prefix="bench-bad-input-") as out:
+            for _ in range(5):
+                cmd = [sys.executable, "run.py", *args, f"out_root={out}"]
+                t0 = time.perf_counter()
+                proc = subprocess.run(cmd, cwd=h.REPO, env=h.child_env(), capture_output=True)
+                walls.append(time.perf_counter() - t0)
+                if proc.returncode != 2 or len(proc.stderr.splitlines()) != 1:
+                    raise RuntimeError(f"{' '.join(cmd)}: exit {proc.returncode}: {proc.stderr}")
+        name = f"python run.py {' '.join(args)} (s)"
+        median = statistics.median(walls)
+        sec.rows.append([name, f"{median:.2f} s", " ".join(f"{w:.2f}" for w in walls), "< 1"])
+        interval = h.bootstrap_interval(walls, statistics.median)
+        sec.figures.append(Figure(name, median, "< 1", 1.0, interval=interval, reps=len(walls)))
+    return sec
+
+
 FAMILIES: dict[str, Callable[[Settings, Context], Section]] = {
     "overhead": overhead,
     "overlap": overlap,
@@ -1360,6 +1396,7 @@ FAMILIES: dict[str, Callable[[Settings, Context], Section]] = {
     "scaling": scaling,
     "sim": sim,
     "workflows": workflows,
+    "bad_input": bad_input,
 }
 
 

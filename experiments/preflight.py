@@ -1,17 +1,21 @@
 """What is checked before a run directory exists, and how any config error reads: one line.
 
-`check(config)` takes a composed config (with its `hydra` node) and checks, in order: keys that
-no schema declares (Hydra lets `+key=value` add them), interpolations (`tau=${oops}`), and then
-`check_job`: every value (`experiments.runner.validate`), the model (built on the `meta` device,
-no memory), the data and its partition, the fault-injection variable, W&B credentials for
-`wandb.mode=online`, the devices the backend needs, and what a launcher (torchrun, srun)
-decided against what the config says (world size, nodes, workers per node, GPUs); then the
-output root. It returns the run's directory and identity. A single run calls it from the Hydra
-callback `Preflight` (conf/config.yaml: `hydra.callbacks`), after Hydra composed the config and
-before it creates the run directory; a sweep calls it for every point
-(hydra_plugins/commsgd_sweeper), before launching any; the run itself
-(experiments/runner.py) calls `check_job` again before any worker starts, for a job that runs
-elsewhere (a SLURM array task): it costs nothing more in the same process (the data is cached).
+`check(config)` takes a composed config (with its `hydra` node) and checks, in order: keys that no
+schema declares (Hydra lets `+key=value` add them), interpolations (`tau=${oops}`), then
+`check_values`: every value (`validate`), the fault-injection variable, W&B credentials for
+`wandb.mode=online`, and what a launcher (torchrun, srun) decided against what the config says
+(world size, nodes, workers per node); then the output root, without making it (together:
+`check_config`); then `check_machine`: the model (built on the `meta` device, no memory), the data
+and its partition, the devices the backend needs (GPUs). Everything before `check_machine` is torch-
+free (as composing the config is: algorithms/__init__.py), so that bad input is answered without
+`import torch` (issue 26; tests/test_torch_free.py); `check_machine` imports torch, which the run
+needs next anyway; last, the output root is made and written to (`check_output_root`). It returns
+the run's directory and identity. A single run calls it from the Hydra callback `Preflight`
+(conf/config.yaml: `hydra.callbacks`), after Hydra composed the config and before it creates the run
+directory; a sweep calls it for every point (hydra_plugins/commsgd_sweeper), before launching any;
+the run itself (experiments/runner.py) calls `check_job` (both parts) again before any worker
+starts, for a job that runs elsewhere (a SLURM array task): it costs nothing more in the same
+process (the data is cached).
 
 The output root is resolved once, by the `out_dir` resolver (experiments/__init__.py: `~`
 expanded, made absolute, refused when empty, holding control characters or a component longer
@@ -25,6 +29,7 @@ override, an interpolation error) into the one line printed after `error: `.
 
 from __future__ import annotations
 
+import math
 import netrc
 import os
 import re
@@ -39,7 +44,9 @@ from urllib.parse import urlparse
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
+import algorithms
 from experiments.errors import UserError
+from experiments.workers import options as batched
 
 
 def min_free_mb() -> float:
@@ -60,8 +67,21 @@ def check(config: DictConfig, sweep: bool = False) -> Point:
     """Check the composed `config` (see the module docstring); raise UserError (one line) or
     the OmegaConf error of an unresolvable interpolation. `sweep`: the run directory is
     `hydra.sweep.dir/hydra.sweep.subdir` rather than `hydra.run.dir`."""
-    from experiments import resolved_job
     from experiments.config.identity import digest
+
+    plain, run_dir, launcher, here = check_config(config, sweep)
+    check_machine(plain, launcher, local=here)
+    check_output_root(run_dir.parent)  # creates `runs`: only for a config that passed the rest
+    return Point(run_dir=run_dir.absolute(), digest=digest(plain), config=plain)
+
+
+def check_config(
+    config: DictConfig, sweep: bool = False
+) -> tuple[dict[str, Any], Path, Launcher | None, bool]:
+    """Every check of `check` before `check_machine`, torch-free: the keys, the values, the
+    launcher, the output root. Returns the resolved job config, the run directory, the launcher
+    and whether the workers run on this machine."""
+    from experiments import resolved_job
     from experiments.config.schema import check_keys
 
     check_keys(config)
@@ -71,14 +91,15 @@ def check(config: DictConfig, sweep: bool = False) -> Point:
     # A sweep's jobs may run elsewhere (cluster=slurm: a SLURM array): what depends on the
     # machine that runs the workers (data files, GPUs, the launcher) is each job's to check.
     here = not (sweep and plain["cluster"]["name"] != "local")
-    check_job(plain, launcher=None if sweep else launcher_env(), local=here)
+    launcher = None if sweep else launcher_env()
+    check_values(plain, launcher)
     if sweep:
         run_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
     else:
         run_dir = Path(str(config.hydra.run.dir))
-    check_output_root(run_dir.parent)
+    check_output_root_unmade(run_dir.parent)
     check_run_dir_name(run_dir)
-    return Point(run_dir=run_dir.absolute(), digest=digest(plain), config=plain)
+    return plain, run_dir, launcher, here
 
 
 def check_preset(config: DictConfig) -> None:
@@ -120,7 +141,15 @@ def check_job(plain: dict[str, Any], launcher: Launcher | None, local: bool = Tr
     """Every check of a resolved job config `plain` that needs no run directory: values, the
     model, the fault-injection variable, W&B, and, where the workers run on this machine
     (`local`), the data, the devices and the `launcher` (None: run.py starts the workers)."""
-    from experiments.runner import check_data, check_model, validate
+    check_values(plain, launcher)
+    check_machine(plain, launcher, local)
+
+
+def check_values(plain: dict[str, Any], launcher: Launcher | None) -> None:
+    """The checks of `plain` that read only the config and the environment: every value, the
+    fault-injection variable, W&B's credentials, the `launcher`. Torch-free (as composing the
+    config is: algorithms/__init__.py), so that bad input is answered without importing torch
+    (~3 s of each such command before, issue 26; tests/test_torch_free.py)."""
     from experiments.training import faults
 
     validate(plain)
@@ -128,6 +157,14 @@ def check_job(plain: dict[str, Any], launcher: Launcher | None, local: bool = Tr
     check_wandb(plain)
     if launcher is not None:
         check_launcher(plain, launcher)
+
+
+def check_machine(plain: dict[str, Any], launcher: Launcher | None, local: bool = True) -> None:
+    """The checks of `plain` against what torch builds and sees, after every other: the model
+    (built on the `meta` device) and, where the workers run on this machine (`local`), the data
+    and its partition and the devices. These import torch, which the run imports next anyway."""
+    from experiments.runner import check_data, check_model
+
     if local:
         bundle, _ = check_data(plain)
         check_model(plain, bundle.in_channels, bundle.num_classes)
@@ -147,6 +184,184 @@ class Preflight(Callback):
         except Exception as e:
             print(f"error: {describe(e)}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
+
+
+# --- the values ---------------------------------------------------------------------------
+# Torch-free, as everything before `check_machine` (module doc): the dtypes by name, with the
+# largest finite number each holds (torch.finfo(dtype).max; tests/test_torch_free.py compares).
+DTYPE_MAX = {"float32": 3.4028234663852886e38, "float64": sys.float_info.max}
+WANDB_MODES = ("disabled", "offline", "online")
+TIMINGS = ("real", "virtual")  # timing.md
+
+
+MAX_TIMEOUT_S = 1e6  # 11 days: longer is no timeout at all (and overflows C timeouts)
+
+# Numbers that may be infinite: an ideal network's bandwidth.
+MAY_BE_INFINITE = ("network.bandwidth_gbps",)
+
+
+def validate_finite(node: Any, prefix: str = "") -> None:
+    """No NaN anywhere, no infinity except where it means something (MAY_BE_INFINITE)."""
+    if isinstance(node, dict):
+        for k, v in node.items():
+            validate_finite(v, f"{prefix}{k}.")
+    elif isinstance(node, list):
+        for i, v in enumerate(node):
+            validate_finite(v, f"{prefix}{i}.")
+    elif isinstance(node, float) and not math.isfinite(node):
+        key = prefix.rstrip(".")
+        if math.isnan(node) or key not in MAY_BE_INFINITE:
+            raise UserError(f"{key} must be a finite number, got {node}")
+
+
+def validate(cfg: dict[str, Any]) -> None:
+    """Raise UserError (one line) for any value that cannot make a run."""
+    validate_finite(cfg)
+    for key, value in _seeds(cfg):
+        # the workers' streams are seed * 1_000_003 + rank: a 64-bit seed needs seed < 2^32
+        if not _is_int(value) or not 0 <= value < 2**32:
+            raise UserError(f"{key} must be an integer in [0, 2^32), got {value!r}")
+    for key, low in (("workers", 1), ("tau", 1), ("batch_size", 1), ("epochs", 1)):
+        value = cfg[key]
+        if not isinstance(value, int) or isinstance(value, bool) or value < low:
+            raise UserError(f"{key} must be an integer >= {low}, got {value!r}")
+    for key in ("eval_every", "eval_batch_size"):
+        if not isinstance(cfg[key], int) or cfg[key] < 1:
+            raise UserError(f"{key} must be an integer >= 1, got {cfg[key]!r}")
+    lr = cfg["lr"]
+    if not isinstance(lr, int | float) or isinstance(lr, bool) or not lr > 0 or math.isinf(lr):
+        raise UserError(f"lr must be a number > 0, got {lr!r}")
+    for key in ("momentum", "weight_decay", "warmup_epochs", "lr_decay"):
+        if isinstance(cfg[key], bool) or not isinstance(cfg[key], int | float):
+            raise UserError(f"{key} must be a number, got {cfg[key]!r}")
+    if not 0 <= cfg["momentum"] < 1:
+        raise UserError(f"momentum must be in [0, 1), got {cfg['momentum']!r}")
+    if cfg["nesterov"] and cfg["momentum"] == 0:
+        raise UserError("nesterov=true needs momentum > 0")
+    if cfg["weight_decay"] < 0:
+        raise UserError(f"weight_decay must be >= 0, got {cfg['weight_decay']!r}")
+    if cfg["warmup_epochs"] < 0:
+        raise UserError(f"warmup_epochs must be >= 0, got {cfg['warmup_epochs']!r}")
+    if not cfg["lr_decay"] > 0:
+        raise UserError(f"lr_decay must be > 0, got {cfg['lr_decay']!r}")
+    if any(not 0 < f <= 1 for f in cfg["lr_decay_at"]):
+        raise UserError(
+            f"lr_decay_at holds fractions of epochs in (0, 1], got {cfg['lr_decay_at']}"
+        )
+    validate_checkpointing(cfg)
+    t = cfg["dist_timeout_s"]
+    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t <= MAX_TIMEOUT_S:
+        raise UserError(
+            f"dist_timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {t!r}"
+        )
+    threads = cfg.get("threads_per_worker")
+    if threads is not None and (not _is_int(threads) or threads < 1):
+        raise UserError(
+            f"threads_per_worker must be null (the cores / local workers) or an integer >= 1, "
+            f"got {threads!r}"
+        )
+    validate_cluster(cfg)
+    if cfg.get("dtype", "float32") not in DTYPE_MAX:
+        raise UserError(f"dtype must be one of {', '.join(DTYPE_MAX)}, got {cfg.get('dtype')!r}")
+    if cfg["timing"] not in TIMINGS:
+        raise UserError(f"timing must be one of {', '.join(TIMINGS)}, got {cfg['timing']!r}")
+    if cfg["timing"] == "virtual" and (cfg.get("emulate_network") or cfg.get("emulate_compute")):
+        raise UserError("emulate_network / emulate_compute apply to timing=real only")
+    if cfg["cluster"].get("in_process") and cfg["timing"] != "virtual":
+        raise UserError(
+            f"timing={cfg['timing']} with cluster={cfg['cluster']['name']}: the workers are "
+            "threads of one process sharing its cores, so their wall-clock measures nothing; "
+            "use timing=virtual (the modeled clock, timing.md)"
+        )
+    from experiments.training.clock import make_clock  # (numpy: not for --help and the like)
+
+    try:
+        make_clock(cfg, rank=0, m=cfg["workers"])
+    except (ValueError, TypeError) as e:
+        raise UserError(str(e)) from None
+    if cfg["wandb"]["mode"] not in WANDB_MODES:
+        raise UserError(f"wandb.mode must be one of {', '.join(WANDB_MODES)}")
+    validate_algorithm_numbers(cfg)
+    algo = dict(cfg["algorithm"])
+    name = algo.pop("name")
+    try:
+        # the Configs only (algorithms/<stem>_config.py): no rule, no torch
+        algorithms.make_config(name, algo).check(cfg)
+        batched.check(cfg, algorithms.CONFIGS[name])
+        algorithms.check_compression(name, (cfg.get("comm") or {}).get("compression", "none"))
+    except (ValueError, TypeError) as e:
+        raise UserError(str(e)) from None
+
+
+def _seeds(cfg: dict[str, Any]) -> list[tuple[str, Any]]:
+    """The config's seeds: `seed` and the dataset's (`dataset.seed`, `dataset.split_seed`)."""
+    found = [("seed", cfg["seed"])]
+    for key in ("seed", "split_seed"):
+        if key in (cfg.get("dataset") or {}):
+            found.append((f"dataset.{key}", cfg["dataset"][key]))
+    return found
+
+
+def validate_algorithm_numbers(cfg: dict[str, Any]) -> None:
+    """An algorithm's knob is used in the training's dtype: a number that dtype cannot hold
+    (`algorithm.outer_lr=1e300` in float32) would crash every worker at its first use. (The
+    LR and weight decay of the local optimizer overflow to infinity instead, a diverged run:
+    experiments/training/schedule.py.)"""
+    limit = DTYPE_MAX[cfg.get("dtype", "float32")]
+    for key, value in (cfg.get("algorithm") or {}).items():
+        if isinstance(value, float) and math.isfinite(value) and abs(value) > limit:
+            raise UserError(
+                f"algorithm.{key}={value:g} is beyond what {cfg.get('dtype', 'float32')} holds "
+                f"({limit:.3g})"
+            )
+
+
+def validate_checkpointing(cfg: dict[str, Any]) -> None:
+    every, c = cfg["checkpoint_every"], cfg["checkpoint"]
+    if not _is_int(every) or every < 0:
+        raise UserError(f"checkpoint_every must be an integer >= 0 (epochs), got {every!r}")
+    if every and every % cfg["eval_every"]:
+        raise UserError(
+            f"checkpoint_every={every} must be a multiple of eval_every={cfg['eval_every']}: "
+            "checkpoints are taken at evaluation points, where every worker is at rest"
+        )
+    if not isinstance(c["on_signal"], bool):
+        raise UserError(f"checkpoint.on_signal must be true or false, got {c['on_signal']!r}")
+    if not _is_int(c["poll_steps"]) or c["poll_steps"] < 1:
+        raise UserError(f"checkpoint.poll_steps must be an integer >= 1, got {c['poll_steps']!r}")
+    at = c.get("simulate_signal_at_step")
+    if at is not None and (not _is_int(at) or at < 1):
+        raise UserError(
+            f"checkpoint.simulate_signal_at_step must be null or an integer >= 1, got {at!r}"
+        )
+
+
+def validate_cluster(cfg: dict[str, Any]) -> None:
+    c = cfg["cluster"]
+    if c.get("in_process"):
+        # torch: the in-process workers' device is torch's to name and count (sim.py device_of)
+        from experiments.workers.sim import check_in_process
+
+        check_in_process(cfg)
+    if c.get("name") != "slurm":
+        return
+    if c.get("in_process"):  # one SLURM task runs the whole run (validated above)
+        return
+    nodes, per_node = c["nodes"], c["tasks_per_node"]
+    if not _is_int(nodes) or nodes < 1 or not _is_int(per_node) or per_node < 1:
+        raise UserError(
+            f"cluster.nodes and cluster.tasks_per_node must be integers >= 1, got {nodes!r} "
+            f"and {per_node!r}"
+        )
+    if nodes * per_node != cfg["workers"]:
+        raise UserError(
+            f"workers={cfg['workers']} do not fill cluster.nodes={nodes} x "
+            f"cluster.tasks_per_node={per_node}: choose workers divisible by the nodes"
+        )
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
 
 
 # --- the checks -----------------------------------------------------------------------------
@@ -341,6 +556,26 @@ def check_output_root(runs: Path) -> None:
             f"output directory {runs} is full: {free_mb:.1f} MB free, a run needs at least "
             f"{needed:.0f} MB (COMMSGD_MIN_FREE_MB)"
         )
+
+
+def check_output_root_unmade(runs: Path) -> None:
+    """`check_output_root`'s refusals that need nothing made, for the torch-free checks: the
+    nearest existing folder on the way to `runs` must be a directory this process may write
+    (`os.access`; the same line as `check_output_root`'s). `check_output_root` proves it later,
+    by writing, once the config passed every other check (a refused config makes nothing)."""
+    import errno
+
+    path = runs
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not path.is_dir():
+        why = os.strerror(errno.ENOTDIR)
+    elif not os.access(path, os.W_OK | os.X_OK):
+        read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
+        why = os.strerror(errno.EROFS if read_only else errno.EACCES)
+    else:
+        return
+    raise UserError(f"output directory {runs} is not writable: {why}")
 
 
 NAME_MAX = 255  # bytes of one path component (Linux, macOS)

@@ -160,7 +160,7 @@ def test_runner_refuses_compression_for_gradient_methods(tmp_path):
     from omegaconf import OmegaConf
 
     from experiments.errors import UserError
-    from experiments.runner import validate
+    from experiments.preflight import validate
     from tests.test_resume import CONF
 
     def cfg(*overrides):

@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 
 import algorithms
 from experiments.errors import UserError
-from experiments.runner import validate
+from experiments.preflight import validate
 from experiments.training.models import build_model
 from experiments.training.schedule import decay_epochs, peak_lr
 

@@ -61,7 +61,7 @@ def test_low_comm_grid_runs_45_points_that_all_validate(scale):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from experiments.runner import validate
+    from experiments.preflight import validate
 
     preset = compose_preset("low_comm", scale)
     points = expand_sweeps(preset.sweeps, set(GROUPS))

@@ -87,7 +87,7 @@ def test_every_preset_composes_and_validates_at_every_scale(scale):
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
-    from experiments.runner import validate
+    from experiments.preflight import validate
 
     for preset in PRESETS:
         with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):

@@ -243,7 +243,7 @@ def test_a_hung_worker_thread_times_out_naming_the_rank_that_did_not_arrive(
 
 
 def test_timing_real_with_cluster_sim_is_a_one_line_error():
-    from experiments.runner import validate
+    from experiments.preflight import validate
 
     cfg = config("sim", "timing=real")
     with pytest.raises(UserError) as e:

@@ -12,13 +12,13 @@ import torch
 
 import algorithms
 from algorithms.comm import Comm
-from algorithms.streaming_diloco import (
+from algorithms.streaming_diloco import split_fragments
+from algorithms.streaming_diloco_config import (
     Config,
     check_schedule,
     fragment_offsets,
     resolve_delay,
     smallest_gap,
-    split_fragments,
 )
 from experiments.training.models import TinyCNN
 from tests.steps import flat_params, hook_steps, rank_batches

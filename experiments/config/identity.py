@@ -152,12 +152,12 @@ def readable_name(cfg: Mapping[str, Any]) -> str:
     algo = dict(cfg.get("algorithm") or {})
     name = str(algo.pop("name", "unknown"))
     parts = [name]
-    cls = algorithms.REGISTRY.get(name)
+    cls = algorithms.CONFIGS.get(name)  # torch-free (algorithms/__init__.py)
     defaults = {}
     if cls is not None:
         defaults = {
             f.name: f.default
-            for f in dataclasses.fields(cls.Config)
+            for f in dataclasses.fields(cls)
             if f.default is not dataclasses.MISSING
         }
     for key, value in algo.items():

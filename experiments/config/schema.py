@@ -9,12 +9,12 @@ conf/ fill them in. Where the ConfigStore holds them:
     commsgd_schema             the root (Config): conf/config.yaml's first defaults entry
     schema/<group>/<option>    one per group option: conf/<group>/<option>.yaml opens with
                                `defaults: [/schema/<group>/<option>@_here_, _self_]`
-    schema/algorithm/<name>    built from `algorithms.REGISTRY[name].Config` (plus `name`), so a
-                               new algorithm needs no edit here; its Config's defaults are the
-                               schema's
+    schema/algorithm/<name>    built from `algorithms.CONFIGS[name]` (plus `name`; torch-free,
+                               algorithms/<stem>_config.py), so a new algorithm needs no edit
+                               here; its Config's defaults are the schema's
 
 Checks that span several keys (nesterov needs momentum, workers x alpha < 1, ...) stay by hand
-in `experiments.runner.validate`. Hydra lets `+key=value` add keys that no schema declares;
+in `experiments.preflight.validate`. Hydra lets `+key=value` add keys that no schema declares;
 `unknown_keys` finds them (the pre-flight refuses them). `compute.step_time_s`,
 `compute.algo_time_s` and `compute.slowdown` take a name or a number (a list), which OmegaConf
 cannot type: they are `Any` here and checked by `experiments.training.clock.make_clock`.
@@ -169,7 +169,7 @@ class Config:
     dataset: Any = MISSING  # group: digits (offline default) | cifar10 | synthetic
     model: Any = MISSING  # group: resnet18 | tiny_cnn
     partition: Any = MISSING  # group: iid | noniid | dirichlet
-    algorithm: Any = MISSING  # group: one per algorithm (algorithms.REGISTRY)
+    algorithm: Any = MISSING  # group: one per algorithm (algorithms.TABLE)
     # group: ideal | ethernet40g | ethernet10g | ethernet1g | wan | calibrated (the scale's)
     network: Any = MISSING
     cluster: Any = MISSING  # group: local | sim (threads of one process) | slurm
@@ -387,7 +387,7 @@ def algorithm_schema(name: str) -> type:
     its types (made OmegaConf-compatible) and its defaults."""
     import algorithms
 
-    config = algorithms.REGISTRY[name].Config
+    config = algorithms.CONFIGS[name]
     hints = typing.get_type_hints(config)
     owner = f"algorithm_{name}"
     fields: list[tuple[str, Any, Any]] = [("name", str, field(default=MISSING))]
@@ -402,7 +402,7 @@ def algorithm_schema(name: str) -> type:
         fields.append((f.name, _omegaconf_type(hints[f.name], owner, f.name), default))
     schema = dataclasses.make_dataclass(owner, fields)
     schema.__module__ = __name__
-    schema.__doc__ = f"algorithm={name}: {algorithms.REGISTRY[name].__name__}.Config plus name."
+    schema.__doc__ = f"algorithm={name}: {algorithms.rule_name(name)}.Config plus name."
     schema.__config__ = config  # where the meanings of its fields are written
     setattr(sys.modules[__name__], owner, schema)  # picklable by reference (SLURM jobs)
     return schema
@@ -417,7 +417,7 @@ def register() -> None:
     for group, options in GROUP_SCHEMAS.items():
         for option, schema in options.items():
             store.store(group=f"schema/{group}", name=option, node=schema)
-    for name in algorithms.REGISTRY:
+    for name in algorithms.CONFIGS:
         store.store(group="schema/algorithm", name=name, node=algorithm_schema(name))
 
 
@@ -464,9 +464,9 @@ def unknown_algorithm_option(name: str, option: str) -> str:
     """The one-line message of algorithms.make_config for a knob the algorithm does not have."""
     import algorithms
 
-    if name not in algorithms.REGISTRY:
+    if name not in algorithms.CONFIGS:
         return f"unknown algorithm {name!r}"
-    known = sorted(f.name for f in dataclasses.fields(algorithms.REGISTRY[name].Config))
+    known = sorted(f.name for f in dataclasses.fields(algorithms.CONFIGS[name]))
     return f"algorithm {name} has no option {option} (options: {', '.join(known) or 'none'})"
 
 

@@ -58,40 +58,7 @@ from torch.optim.sgd import sgd
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 from algorithms.group import ThreadGroup
-from experiments.errors import UserError
-
-# cluster.batched=auto batches on a GPU, and on a CPU from this many workers: measured on 2
-# cores (`python -m benchmarks --only sim`), a thread per worker is faster at 4 workers (0.88 of
-# one model's speed against 0.69 batched) and slower at 16 (0.26 against 0.65).
-AUTO_MIN_WORKERS_CPU = 8
-CHOICES = ("auto", "true", "false")
-
-
-def choice(cfg: dict[str, Any]) -> str:
-    """cluster.batched as one of CHOICES (a YAML boolean or its spelling as a string)."""
-    return str(cfg["cluster"].get("batched", "auto")).lower()
-
-
-def check(cfg: dict[str, Any], algorithm_class: type) -> None:
-    """One-line errors for a configuration that cluster.batched cannot run."""
-    value = choice(cfg)
-    if value not in CHOICES:
-        raise UserError(
-            f"cluster.batched must be auto, true or false, got {cfg['cluster']['batched']!r}"
-        )
-    if value != "true":
-        return
-    if not cfg["cluster"].get("in_process"):
-        raise UserError(
-            "cluster.batched=true batches the workers of one process: it needs "
-            "cluster.in_process=true (cluster=sim)"
-        )
-    if not algorithm_class.checkpoint_anywhere:
-        raise UserError(
-            f"cluster.batched=true computes every worker's step together, but "
-            f"{cfg['algorithm']['name']} starts its collectives at rank-dependent steps "
-            "(algorithms/base.py, checkpoint_anywhere): use cluster.batched=false or auto"
-        )
+from experiments.workers.options import AUTO_MIN_WORKERS_CPU, choice
 
 
 def wanted(cfg: dict[str, Any], algorithm_class: type, device: torch.device) -> bool:

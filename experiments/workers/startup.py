@@ -102,6 +102,27 @@ def warm() -> None:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
 
+def stop_server() -> None:
+    """Stop the forkserver that `warm` started, for a command that ends before any worker
+    started (bad input, exit code 2). Left alone it would go on importing torch for nothing
+    (~2 CPU-s on a shared machine) with the command's stdout and stderr open, which a caller
+    that reads them (a test, a script, the benchmarks) waits for: `python run.py tau=0` read
+    that way took as long as `import torch`. multiprocessing has no public stop: its own tests'
+    `_stop` (close the server's alive pipe, reap it), after SIGKILL, which the stop signals
+    blocked in the server (`warm`) do not hold back. No worker is lost: none was forked."""
+    from multiprocessing import forkserver
+
+    server = forkserver._forkserver
+    pid = getattr(server, "_forkserver_pid", None)
+    if pid is None:
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    server._stop()
+
+
 def starts_processes(argv: list[str]) -> bool:
     """Whether `run.py ARGV` will likely start worker processes on this machine (a guess from
     the command line, so that `warm()` can start before the config is composed; the runner
