@@ -41,7 +41,6 @@ import argparse
 import datetime
 import os
 import shlex
-import subprocess
 import sys
 import warnings
 from collections.abc import Mapping, Sequence
@@ -436,21 +435,12 @@ def relative_path(path: str | os.PathLike, base: str | os.PathLike = REPO) -> st
 
 
 def git_commit(repo: str | os.PathLike = REPO) -> str:
-    """`git rev-parse HEAD` of the suite, `-dirty` when tracked files differ; "unknown" when git
-    or the repository is not there."""
+    """`git rev-parse HEAD` of the suite, `-dirty` when tracked files outside `results/` differ
+    (`experiments.store.records.git_commit`); "unknown" when git or the repository is not
+    there."""
+    from experiments.store.records import git_commit as commit_of
 
-    def git(*args: str) -> str:
-        done = subprocess.run(
-            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30, check=True
-        )
-        return done.stdout.strip()
-
-    try:
-        sha = git("rev-parse", "HEAD")
-        dirty = git("status", "--porcelain", "--untracked-files=no")
-    except (OSError, subprocess.SubprocessError):
-        return "unknown"
-    return f"{sha}-dirty" if dirty else sha
+    return commit_of(repo)
 
 
 def _select(everything: Any, experiment: str, scale: str | None, where: str) -> tuple[Any, Any]:

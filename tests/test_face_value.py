@@ -8,6 +8,7 @@ import json
 import math
 import os
 import re
+import subprocess
 from pathlib import Path
 
 import numpy as np
@@ -444,3 +445,23 @@ def test_a_report_that_must_be_clean_refuses_runs_of_a_modified_checkout(
             runs, tmp_path / "out", fx.EXPERIMENT, "smoke", grid={}, require_clean=True
         )
     assert not (tmp_path / "out").exists()  # refused before anything was written
+
+
+def test_a_published_result_does_not_make_the_checkout_dirty(tmp_path: Path) -> None:
+    from experiments.store.records import git_commit
+
+    def git(*args: str) -> None:
+        subprocess.run(["git", "-C", str(tmp_path), *args], check=True, capture_output=True)
+
+    git("init", "-q")
+    (tmp_path / "results" / "demo").mkdir(parents=True)
+    (tmp_path / "results" / "demo" / "table.md").write_text("old\n")
+    (tmp_path / "code.py").write_text("x = 1\n")
+    git("add", ".")
+    git("-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qm", "c")
+    sha = git_commit(tmp_path)
+    assert re.fullmatch(r"[0-9a-f]{40}", sha)
+    (tmp_path / "results" / "demo" / "table.md").write_text("new\n")  # a report wrote it
+    assert git_commit(tmp_path / "results") == sha  # from anywhere in the checkout
+    (tmp_path / "code.py").write_text("x = 2\n")
+    assert git_commit(tmp_path) == sha + "-dirty"

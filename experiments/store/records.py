@@ -337,25 +337,36 @@ def release_reserve(run_dir: Path) -> bool:
     return True
 
 
-def git_sha() -> str:
-    """The commit of the code that made the run, with `-dirty` when it had local changes."""
-    here = Path(__file__).resolve().parent
+def git_commit(repo: str | os.PathLike) -> str:
+    """`git rev-parse HEAD` of the checkout holding `repo`, with `-dirty` when tracked files
+    differ from it; "unknown" when git or the repository is not there. Changes under
+    `results/` do not count: they are the suite's own published outputs (`PUBLISH=1`), and a
+    report that has just written its tables must not make the next run, or its own
+    provenance, look as if made from modified code."""
+
+    def git(*args: str) -> str:
+        done = subprocess.run(
+            ["git", "-C", str(repo), *args], capture_output=True, text=True, timeout=30, check=True
+        )
+        return done.stdout.strip()
+
     try:
-        sha = subprocess.run(
-            ["git", "rev-parse", "HEAD"], cwd=here, capture_output=True, text=True, timeout=10
-        ).stdout.strip()
-        dirty = subprocess.run(
-            ["git", "status", "--porcelain", "--untracked-files=no"],
-            cwd=here,
-            capture_output=True,
-            text=True,
-            timeout=10,
-        ).stdout.strip()
+        sha = git("rev-parse", "HEAD")
+        top = git("rev-parse", "--show-toplevel")
+        dirty = git(
+            "-C", top, "status", "--porcelain", "--untracked-files=no", "--", ".",
+            ":(exclude)results",
+        )  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return "unknown"
     if not sha:
         return "unknown"
-    return sha + ("-dirty" if dirty else "")
+    return f"{sha}-dirty" if dirty else sha
+
+
+def git_sha() -> str:
+    """The commit of the code that made the run (`git_commit` of the suite's checkout)."""
+    return git_commit(Path(__file__).resolve().parent)
 
 
 class RunLock:
