@@ -36,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.cli import REPO, child_env, in_process, run_script
+from tests.cli import REPO, child_env, in_process, run_py_call
 
 FAST = ("scale=smoke", "dataset=synthetic", "wandb.mode=disabled", "progress=false")
 MARK = "COMMSGD_CATALOGUE_CASE"  # in the environment of a case's processes (and their workers)
@@ -149,7 +149,7 @@ def run_case(case: Case, ctx: Ctx, monkeypatch) -> Result:
 def _in_process(case: Case, ctx: Ctx, argv: list[str], monkeypatch) -> Result:
     if case.cmd == "run":
         script = str(REPO / "run.py")
-        call = run_script(script)
+        call = run_py_call()
         argv = [script, *argv[1:]]
     elif case.cmd == "status":
         from analysis.status import main

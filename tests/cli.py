@@ -121,11 +121,25 @@ def in_process(
     return subprocess.CompletedProcess(argv or [], code, out.getvalue(), err.getvalue())
 
 
-def run_script(path: str) -> Callable[[], None]:
-    """A call that runs the script at `path` as `__main__` (its exit code: SystemExit's, else 0)."""
+def run_py_call() -> Callable[[], None]:
+    """A call that runs run.py as `__main__` (its exit code: SystemExit's, else 0), for
+    `in_process` with sys.argv = [run.py, ARGS...]. It composes the config once, as run.py
+    does as its own program (`_compose_once`, which leaves another program's Hydra alone, so it
+    is applied here and undone after): a composition only to read `hydra.mode` was half of an
+    in-process command's time (cProfile, a refused `tau=0`)."""
 
     def call() -> None:
-        runpy.run_path(path, run_name="__main__")
+        from hydra._internal.hydra import Hydra
+
+        import run
+
+        original = Hydra.__dict__.get("get_mode")
+        run._compose_once()
+        try:
+            runpy.run_path(str(REPO / "run.py"), run_name="__main__")
+        finally:
+            if original is not None:
+                Hydra.get_mode = original
 
     return call
 
@@ -136,12 +150,7 @@ def run_py_here(
     """`python run.py ARGS` in this process (run.py as `__main__` through runpy, as a user's
     command runs it): for bad input, refused before any worker starts (`in_process`)."""
     script = str(REPO / "run.py")
-    return in_process(
-        run_script(script),
-        argv=[script, *args],
-        env=env,
-        cwd=cwd,
-    )
+    return in_process(run_py_call(), argv=[script, *args], env=env, cwd=cwd)
 
 
 def module(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
