@@ -43,8 +43,8 @@ SWEEP = $(PY) -m experiments.sweep --cluster $(strip $(CLUSTER)) $(SWEEP_ARGS) $
 	$(strip $(SLURM_KEYS))
 
 .DEFAULT_GOAL := help
-.PHONY: help install test test-fast test-unit test-dist test-e2e test-slurm lint fmt demo \
-	smoke clean table1 table2 figures tune report bench bench-quick gpu-check docs
+.PHONY: help install test test-quick test-fast test-unit test-dist test-e2e test-slurm lint fmt \
+	demo smoke clean table1 table2 figures tune report bench bench-quick gpu-check docs
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -58,7 +58,13 @@ $(STAMP): pyproject.toml
 install: $(STAMP) ## Create .venv and install the suite with its dev tools (done by the others when needed)
 
 test: $(STAMP) ## The whole test suite (unit, distributed, end-to-end): what CI runs
-	$(PY) -m pytest -q --durations=40
+	$(PY) -m pytest -q --durations=25
+
+# The inner loop: every test that starts no worker process (run.py's bad input runs in the
+# test's own process); `make test` stays the whole suite.
+QUICK = not dist and not e2e and not slurm and not slow
+test-quick: $(STAMP) ## The tests that start no worker process (the inner loop while editing)
+	$(PY) -m pytest -q -m "$(QUICK)"
 
 test-fast: $(STAMP) ## Everything but the tests marked slow (the 50-run teardown loop)
 	$(PY) -m pytest -q -m "not slow"

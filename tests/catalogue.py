@@ -23,11 +23,9 @@ filled during a run). Every case is checked for:
 from __future__ import annotations
 
 import contextlib
-import io
 import json
 import os
 import re
-import runpy
 import signal
 import subprocess
 import sys
@@ -38,7 +36,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from tests.cli import REPO, child_env
+from tests.cli import REPO, child_env, in_process, run_py_call
 
 FAST = ("scale=smoke", "dataset=synthetic", "wandb.mode=disabled", "progress=false")
 MARK = "COMMSGD_CATALOGUE_CASE"  # in the environment of a case's processes (and their workers)
@@ -149,47 +147,30 @@ def run_case(case: Case, ctx: Ctx, monkeypatch) -> Result:
 
 
 def _in_process(case: Case, ctx: Ctx, argv: list[str], monkeypatch) -> Result:
-    import experiments.workers.dist
+    if case.cmd == "run":
+        script = str(REPO / "run.py")
+        call = run_py_call()
+        argv = [script, *argv[1:]]
+    elif case.cmd == "status":
+        from analysis.status import main
 
-    def no_workers(*args, **kwargs):
-        raise AssertionError("an in-process case started workers")
-
-    monkeypatch.setattr(experiments.workers.dist, "spawn", no_workers)
-    monkeypatch.setenv("HYDRA_FULL_ERROR", "1")
-    for key, value in case.env.items():
-        if value is None:
-            monkeypatch.delenv(key, raising=False)
-        else:
-            monkeypatch.setenv(key, value.replace("{tmp}", str(ctx.tmp)))
-    if case.cwd == "tmp":
-        monkeypatch.chdir(ctx.tmp)
+        def call():
+            return main(argv[2:])
     else:
-        monkeypatch.chdir(REPO)
-    handlers = {sig: signal.getsignal(sig) for sig in SIGNALS}
-    out, err = io.StringIO(), io.StringIO()
-    code: Any = 0
-    try:
-        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
-            try:
-                if case.cmd == "run":
-                    monkeypatch.setattr(sys, "argv", [str(REPO / "run.py"), *argv[1:]])
-                    runpy.run_path(str(REPO / "run.py"), run_name="__main__")
-                elif case.cmd == "status":
-                    from analysis.status import main
+        from experiments.sweep import main
 
-                    code = main(argv[2:])
-                else:
-                    from experiments.sweep import main
+        def call():
+            return main(argv[2:])
 
-                    code = main(argv[2:])
-            except SystemExit as e:
-                code = e.code
-    finally:
-        for sig, handler in handlers.items():
-            signal.signal(sig, handler)
-    if code is None:
-        code = 0
-    return Result(int(code) if isinstance(code, int) else 1, out.getvalue(), err.getvalue())
+    env = {k: None if v is None else v.replace("{tmp}", str(ctx.tmp)) for k, v in case.env.items()}
+    proc = in_process(
+        call,
+        argv=argv if case.cmd == "run" else None,
+        env=env,
+        cwd=ctx.tmp if case.cwd == "tmp" else REPO,
+        monkeypatch=monkeypatch,
+    )
+    return Result(proc.returncode, proc.stdout, proc.stderr)
 
 
 def _subprocess(case: Case, ctx: Ctx, argv: list[str]) -> Result:

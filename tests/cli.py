@@ -1,11 +1,22 @@
-"""Run the suite's commands as a user would, in a subprocess."""
+"""Run the suite's commands as a user would: in a subprocess, or (`run_py_here`, `in_process`)
+in this process, for a test that checks what a command says, its exit code and what it leaves
+on disk before any worker starts; a subprocess costs ~3 s of imports (torch) per command."""
 
 from __future__ import annotations
 
+import contextlib
+import io
+import logging
 import os
+import runpy
+import signal
 import subprocess
 import sys
+from collections.abc import Callable, Mapping
 from pathlib import Path
+from typing import Any
+
+import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -41,6 +52,105 @@ def run_py(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
         text=True,
         timeout=timeout,
     )
+
+
+# The signals run.py's cli() takes over (experiments/store/checkpoint.py, STOPS, and SIGINT):
+# put back after an in-process command.
+SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+LAUNCHER_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # child_env drops them
+
+
+def in_process(
+    call: Callable[[], Any],
+    *,
+    argv: list[str] | None = None,
+    env: Mapping[str, str | None] | None = None,
+    cwd: Path | str = REPO,
+    monkeypatch: pytest.MonkeyPatch | None = None,
+) -> subprocess.CompletedProcess:
+    """`call()` as its command would run, in this process: `sys.argv` = argv, the environment
+    (child_env's, plus `env`; None unsets a key) and cwd as given, stdout and stderr captured,
+    SystemExit's code as the exit code (uncaught exceptions propagate). No worker may start:
+    `experiments.workers.dist.spawn` is a trap, so only a command that stops before its workers
+    belongs here. What a command changes in the process is undone afterwards: the environment,
+    cwd and argv (by `monkeypatch`, the test's when given, else one of its own), the stop
+    signals' handlers (run.py's cli() installs its own) and the root logger (Hydra's job
+    logging points it at the captured stdout)."""
+    import experiments.workers.dist
+
+    def no_workers(*args, **kwargs):
+        raise AssertionError("an in-process command started workers")
+
+    own = pytest.MonkeyPatch() if monkeypatch is None else None
+    mp = monkeypatch or own
+    handlers = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    root = logging.getLogger()
+    root_state = (root.level, list(root.handlers))
+    out, err = io.StringIO(), io.StringIO()
+    code: Any = 0
+    try:
+        mp.setattr(experiments.workers.dist, "spawn", no_workers)
+        mp.setenv("HYDRA_FULL_ERROR", "1")  # run.py sets it for itself: undone with the rest
+        mp.setenv("WANDB_SILENT", "true")
+        for key in LAUNCHER_KEYS:
+            mp.delenv(key, raising=False)
+        for key, value in (env or {}).items():
+            if value is None:
+                mp.delenv(key, raising=False)
+            else:
+                mp.setenv(key, value)
+        mp.chdir(cwd)
+        if argv is not None:
+            mp.setattr(sys, "argv", list(argv))
+        with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
+            try:
+                code = call()
+            except SystemExit as e:
+                code = e.code
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+        root.setLevel(root_state[0])
+        root.handlers[:] = root_state[1]
+        if own is not None:
+            own.undo()
+    if code is None:
+        code = 0
+    elif not isinstance(code, int):  # sys.exit("message"): as the interpreter, exit 1
+        code = 1
+    return subprocess.CompletedProcess(argv or [], code, out.getvalue(), err.getvalue())
+
+
+def run_py_call() -> Callable[[], None]:
+    """A call that runs run.py as `__main__` (its exit code: SystemExit's, else 0), for
+    `in_process` with sys.argv = [run.py, ARGS...]. It composes the config once, as run.py
+    does as its own program (`_compose_once`, which leaves another program's Hydra alone, so it
+    is applied here and undone after): a composition only to read `hydra.mode` was half of an
+    in-process command's time (cProfile, a refused `tau=0`)."""
+
+    def call() -> None:
+        from hydra._internal.hydra import Hydra
+
+        import run
+
+        original = Hydra.__dict__.get("get_mode")
+        run._compose_once()
+        try:
+            runpy.run_path(str(REPO / "run.py"), run_name="__main__")
+        finally:
+            if original is not None:
+                Hydra.get_mode = original
+
+    return call
+
+
+def run_py_here(
+    *args: str, env: Mapping[str, str | None] | None = None, cwd: Path | str = REPO
+) -> subprocess.CompletedProcess:
+    """`python run.py ARGS` in this process (run.py as `__main__` through runpy, as a user's
+    command runs it): for bad input, refused before any worker starts (`in_process`)."""
+    script = str(REPO / "run.py")
+    return in_process(run_py_call(), argv=[script, *args], env=env, cwd=cwd)
 
 
 def module(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -47,8 +47,6 @@ from tests.catalogue import (
     workers,
 )
 
-pytestmark = pytest.mark.e2e
-
 BINARY = b"\x00\x9f\x92\x96\xff\xfe garbage \x00"
 LONG = ("epochs=100", "dataset.num_train=512")  # a run that trains long enough to be signalled
 CASES: list[Case] = []
@@ -1446,7 +1444,10 @@ add(
 
 
 def _param(case: Case):
-    marks = [pytest.mark.slow] if case.slow else []
+    # e2e: a case with real processes (its command, a twin, a first run); the in-process cases
+    # start none (tests/catalogue.py traps the workers' start)
+    marks = [] if case.inproc else [pytest.mark.e2e]
+    marks += [pytest.mark.slow] if case.slow else []
     return pytest.param(case, id=case.id, marks=marks)
 
 

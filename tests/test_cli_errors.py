@@ -1,13 +1,15 @@
 """Bad input: a one-line error and a non-zero exit before any worker starts, and no run
-directory marked completed (contract.md, "Exit codes")."""
+directory marked completed (contract.md, "Exit codes").
+
+Each command runs run.py in this process (tests/cli.py, `run_py_here`: runpy, its exit code and
+output captured, a trap in place of the workers' start): what is checked is a message, an exit
+code and the disk, all decided before any worker would start."""
 
 from __future__ import annotations
 
 import pytest
 
-from tests.cli import run_py
-
-pytestmark = pytest.mark.e2e
+from tests.cli import run_py_here as run_py
 
 FAST = ("dataset=synthetic", "scale=smoke", "wandb.mode=disabled")
 
@@ -146,18 +148,10 @@ def test_every_config_error_is_one_line_exit_2_and_nothing_on_disk(tmp_path, ove
 )
 def test_help_config_info_and_completion_create_nothing(tmp_path, args):
     """issue 12 item 6: --help, --cfg job, --info and shell completion created outputs/runs."""
-    import subprocess
-    import sys
-
-    from tests.cli import REPO, child_env
-
-    proc = subprocess.run(
-        [sys.executable, str(REPO / "run.py"), *args],
+    proc = run_py(
+        *args,
         cwd=tmp_path,  # the default out_root, `outputs`, is relative to here
-        env=child_env({"COMP_LINE": "python run.py algorithm=lo"}),
-        capture_output=True,
-        text=True,
-        timeout=120,
+        env={"COMP_LINE": "python run.py algorithm=lo"},
     )
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.strip()

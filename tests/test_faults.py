@@ -1,7 +1,8 @@
 """Faults, with real processes: a worker killed or raising, a hung worker, Ctrl-C on a run and on
-a sweep, bad input of every kind, an interrupted write, two processes on one run directory, an
-unreadable record in the analysis, and (slow) 50 start/stop cycles without an abort or a leak.
-Nothing hangs, nothing half-written is marked complete, no finished result is lost."""
+a sweep, two processes on one run directory, and (slow) 50 start/stop cycles without an abort or
+a leak; bad input of every kind and a full disk (run.py in this process: refused before any
+worker starts), an interrupted write, an unreadable record in the analysis. Nothing hangs,
+nothing half-written is marked complete, no finished result is lost."""
 
 from __future__ import annotations
 
@@ -17,9 +18,10 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import REPO, popen_run_py, run_dir_of, run_py
+from tests.cli import REPO, popen_run_py, run_dir_of, run_py, run_py_here
 
-pytestmark = pytest.mark.e2e
+# e2e: the tests with real processes. Bad input is answered before any worker starts: those
+# commands run in this process (tests/cli.py, run_py_here).
 
 FAST = ["scale=smoke", "dataset=synthetic", "wandb.mode=disabled", "progress=false"]
 
@@ -100,6 +102,7 @@ def summary(run_dir: Path) -> dict:
 LONG = [*FAST, "epochs=200", "dataset.num_train=512"]
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("how", ["sigkill", "raise", "hang"])
 def test_a_dead_or_hung_worker_ends_the_run_fast_and_leaves_nothing(tmp_path, how):
     env = {"COMMSGD_INJECT_FAULT": "1:40:raise"} if how == "raise" else None
@@ -130,6 +133,7 @@ def test_a_dead_or_hung_worker_ends_the_run_fast_and_leaves_nothing(tmp_path, ho
     assert not gone(everything), alive(everything)  # no worker left behind
 
 
+@pytest.mark.e2e
 def test_ctrl_c_stops_a_sweep_and_the_rerun_does_only_the_missing_points(tmp_path):
     sweep = ["-m", *FAST, "seed=0,1,2", "epochs=100", "dataset.num_train=512"]
     proc = popen(*sweep, f"out_root={tmp_path}")
@@ -165,6 +169,7 @@ def test_ctrl_c_stops_a_sweep_and_the_rerun_does_only_the_missing_points(tmp_pat
     assert (first / "summary.json").read_bytes() == finished  # the finished result untouched
 
 
+@pytest.mark.e2e
 def test_ctrl_c_with_checkpointing_on_saves_and_resumes(tmp_path):
     proc = popen(*LONG, "checkpoint_every=1", f"out_root={tmp_path}")
     run_dir = wait_for_training(proc, tmp_path)
@@ -222,7 +227,7 @@ BAD = [
 @pytest.mark.parametrize(("args", "message"), BAD, ids=[" ".join(a) for a, _ in BAD])
 def test_bad_input_is_one_line_exit_2_and_no_record(tmp_path, args, message):
     out_root = [] if any(a.startswith("out_root=") for a in args) else [f"out_root={tmp_path}"]
-    proc = run_py(*FAST, *args, *out_root, timeout=120)
+    proc = run_py_here(*FAST, *args, *out_root)
     assert proc.returncode == 2, proc.stdout[-1000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(message), proc.stderr
@@ -235,7 +240,7 @@ def test_full_output_disk_is_refused_before_any_work(tmp_path):
     if subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "tmpfs", str(mount)]).returncode:
         pytest.skip("cannot mount a small tmpfs here (not root?)")
     try:
-        proc = run_py(*FAST, f"out_root={mount}", timeout=120)
+        proc = run_py_here(*FAST, f"out_root={mount}")
     finally:
         subprocess.run(["umount", str(mount)])
     assert proc.returncode == 2
@@ -243,6 +248,7 @@ def test_full_output_disk_is_refused_before_any_work(tmp_path):
     assert len(proc.stderr.strip().splitlines()) == 1
 
 
+@pytest.mark.e2e
 def test_rendezvous_port_in_use_is_one_line(tmp_path):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))
@@ -265,6 +271,7 @@ def test_rendezvous_port_in_use_is_one_line(tmp_path):
     )
 
 
+@pytest.mark.e2e
 def test_a_second_process_on_the_same_run_directory_is_refused(tmp_path):
     from experiments.store.records import RunLock
 
@@ -330,6 +337,7 @@ def test_the_analysis_skips_and_reports_unreadable_records(tmp_path):
     assert "bad-config: unreadable config skipped" in messages
 
 
+@pytest.mark.e2e
 @pytest.mark.slow
 def test_fifty_start_stop_cycles_without_an_abort_or_a_leak(tmp_path):
     """ecosystem.md: gloo may abort at teardown ("terminate called without an active

@@ -10,9 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import REPO, run_py
-
-pytestmark = pytest.mark.e2e
+from tests.cli import REPO, in_process, run_py
 
 PRESETS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
 
@@ -26,6 +24,7 @@ def test_presets_of_the_issue_exist():
         assert head.startswith("# "), f"{name}.yaml must open with a comment naming its source"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_smoke_runs(tmp_path, preset):
     # One point of the preset (a plain run ignores the sweep grid) at the smoke scale.
@@ -44,6 +43,7 @@ def sweep(*args: str) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)  # fmt: skip
 
 
+@pytest.mark.e2e
 def test_interrupted_sweep_resumes_only_the_missing_points(tmp_path):
     args = ("demo", "--scale", "smoke", "--out-root", str(tmp_path / "out"), "--results",
             str(tmp_path / "results"), "algorithm=sync_sgd,local_sgd", "seed=0", "epochs=1",
@@ -71,13 +71,21 @@ def test_interrupted_sweep_resumes_only_the_missing_points(tmp_path):
     assert "sweep command: python -m experiments.sweep demo --scale smoke" in provenance
 
 
+def sweep_here(*args: str) -> subprocess.CompletedProcess:
+    """`python -m experiments.sweep ARGS` in this process (tests/cli.py, in_process): for a
+    command refused before any run starts."""
+    from experiments.sweep import main
+
+    return in_process(lambda: main(list(args)))
+
+
 def test_unknown_cluster_or_preset_is_a_clear_error(tmp_path):
-    proc = sweep("table1", "--cluster", "pbs", "--out-root", str(tmp_path))
+    proc = sweep_here("table1", "--cluster", "pbs", "--out-root", str(tmp_path))
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "error: unknown cluster 'pbs'; choose from local, sim, slurm"
     ]
-    proc = sweep("table9", "--out-root", str(tmp_path))
+    proc = sweep_here("table9", "--out-root", str(tmp_path))
     assert proc.returncode == 2 and "presets: demo, fig4" in proc.stderr
     assert not Path(tmp_path).joinpath("table1").exists()
 

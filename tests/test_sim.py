@@ -291,6 +291,7 @@ def test_the_forkservers_stop_signals_are_the_checkpoints():
     assert set(startup.STOP_SIGNALS) == set(checkpoint.STOPS)
 
 
+@pytest.mark.e2e  # a fresh run.py-like process and a worker forked by its forkserver
 def test_workers_forked_by_the_forkserver_start_with_the_stop_signals_blocked(tmp_path):
     """A stop that comes while a worker starts up must wait for its handlers: the forkserver
     (started by startup.warm, in a fresh process as run.py starts it) passes the blocked stop

@@ -80,8 +80,11 @@ def test_every_slurm_example_in_the_docs_runs_the_papers_setting():
 
 def test_make_passes_the_job_shape_to_every_run_and_refuses_it_off_slurm():
     def make(*args: str) -> subprocess.CompletedProcess:
+        # STAMP=Makefile: the venv's stamp is a file that exists; -o Makefile: never remade,
+        # else a pyproject.toml newer than the Makefile has make run the stamp's recipe (pip
+        # install, with PY=python) to remake its makefile, even under -n
         return subprocess.run(
-            ["make", "-n", *args, "PY=python", "STAMP=Makefile"],
+            ["make", "-n", "-o", "Makefile", *args, "PY=python", "STAMP=Makefile"],
             cwd=REPO,
             capture_output=True,
             text=True,

@@ -12,9 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import child_env, run_py
-
-pytestmark = pytest.mark.e2e
+from tests.cli import child_env, run_py, run_py_here
 
 FAST = ("scale=smoke", "dataset=synthetic", "wandb.mode=offline", "progress=false", "epochs=1")
 
@@ -63,6 +61,7 @@ def only_run(root: Path) -> Path:
     return run_dir
 
 
+@pytest.mark.e2e
 def test_a_completed_run_is_ready_for_a_comparison_report(tmp_path):
     proc = run_py(*FAST, "algorithm=powersgd", "algorithm.rank=2", f"out_root={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -85,6 +84,7 @@ def test_a_completed_run_is_ready_for_a_comparison_report(tmp_path):
     assert records["exit"][-1].exit_code == 0
 
 
+@pytest.mark.e2e
 def test_a_failed_run_finishes_with_its_exit_code(tmp_path):
     import subprocess
     import sys
@@ -105,6 +105,7 @@ def test_a_failed_run_finishes_with_its_exit_code(tmp_path):
     assert records["exit"][-1].exit_code == 1
 
 
+@pytest.mark.e2e
 def test_an_interrupted_run_is_marked_with_exit_code_3(tmp_path):
     proc = run_py(
         *FAST, "epochs=2", "checkpoint.simulate_signal_at_step=40", f"out_root={tmp_path}"
@@ -116,6 +117,7 @@ def test_an_interrupted_run_is_marked_with_exit_code_3(tmp_path):
     assert records["exit"][-1].exit_code == 3
 
 
+@pytest.mark.e2e
 def test_an_ad_hoc_sweep_gets_a_readable_group(tmp_path):
     proc = run_py("-m", *FAST, "tau=1,2", "algorithm=local_sgd", f"out_root={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -130,19 +132,8 @@ def test_an_ad_hoc_sweep_gets_a_readable_group(tmp_path):
 
 def test_online_without_credentials_is_one_line_before_any_worker(tmp_path):
     env = {"WANDB_API_KEY": "", "NETRC": str(tmp_path / "no-netrc"), "HOME": str(tmp_path)}
-    import subprocess
-    import sys
-
-    from tests.cli import REPO
-
-    proc = subprocess.run(
-        [sys.executable, "run.py", *FAST[:2], "wandb.mode=online", f"out_root={tmp_path / 'o'}"],
-        cwd=REPO,
-        env=child_env(env),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    # refused before any worker starts: run.py in this process (tests/cli.py, run_py_here)
+    proc = run_py_here(*FAST[:2], "wandb.mode=online", f"out_root={tmp_path / 'o'}", env=env)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "error: wandb.mode=online needs W&B credentials: set WANDB_API_KEY or run `wandb login` "
@@ -150,21 +141,8 @@ def test_online_without_credentials_is_one_line_before_any_worker(tmp_path):
     ]
     assert not (tmp_path / "o").exists()  # nothing was made
     # in a sweep: each point is refused before any is launched, the sweep says so at the end
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "run.py",
-            "-m",
-            *FAST[:2],
-            "wandb.mode=online",
-            "seed=0,1",
-            f"out_root={tmp_path / 'o'}",
-        ],  # fmt: skip
-        cwd=REPO,
-        env=child_env(env),
-        capture_output=True,
-        text=True,
-        timeout=120,
+    proc = run_py_here(
+        "-m", *FAST[:2], "wandb.mode=online", "seed=0,1", f"out_root={tmp_path / 'o'}", env=env
     )
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines()[-2:] == [
