@@ -566,7 +566,7 @@ def _check_clean(runs: Any) -> None:
     dirty = shas[shas.astype(str).str.endswith("-dirty")] if shas is not None else []
     if len(dirty):
         raise UserError(
-            f"{len(dirty)} of the runs were made from a modified checkout "
+            f"{len(dirty)} of the {len(runs)} runs made from a modified checkout "
             f"({sorted(set(dirty))[0]}): rerun them from a commit (rerun=true) before publishing"
         )
 
