@@ -168,14 +168,16 @@ def tune(
         reached = time_to_target(metrics[metrics["run_dir"].isin(runs["run_dir"])], target)
         runs = runs.join(reached, on="run_dir")
     first = runs.iloc[0]
+
+    def number(key: str) -> int | None:
+        value = pd.to_numeric(first.get(key), errors="coerce")
+        return None if pd.isna(value) else int(value)
+
     setting = {
         "scale": scale,
         "dataset": str(first.get("dataset.name")),
         "validation_fraction": float(first["dataset.validation_fraction"]),
-        "workers": int(first["workers"]),
-        "epochs": int(first["epochs"]),
-        "tau": int(first["tau"]),
-        "batch_size": int(first["batch_size"]),
+        **{key: number(key) for key in ("workers", "epochs", "tau", "batch_size")},
         "seeds": sorted(int(s) for s in runs["seed"].unique()),
         "target_acc": target,
     }

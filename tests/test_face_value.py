@@ -465,3 +465,40 @@ def test_a_published_result_does_not_make_the_checkout_dirty(tmp_path: Path) -> 
     assert git_commit(tmp_path / "results") == sha  # from anywhere in the checkout
     (tmp_path / "code.py").write_text("x = 2\n")
     assert git_commit(tmp_path) == sha + "-dirty"
+
+
+def test_analysis_tune_writes_the_choice_from_tune_runs(tmp_path: Path, capsys) -> None:
+    from analysis.tune import main
+
+    runs = tmp_path / "runs"
+    finals = {("easgd", 0.05): (0.90, 0.92), ("easgd", 0.1): (0.80, 0.82)}
+    finals |= {("local_sgd", 0.05): (0.93, 0.95), ("local_sgd", 0.1): (0.97, 0.95)}
+    for (algorithm, lr), accs in finals.items():
+        for seed, final in enumerate(accs):
+            config = fx.make_config(
+                algorithm, 4, seed, experiment="tune", lr=lr, dataset__validation_fraction=0.15
+            )
+            fx.write_run(runs / f"{algorithm}-{lr}-{seed}", config, final)
+    # a run of another experiment is not a grid point
+    fx.write_run(runs / "other", fx.make_config("easgd", 4, 0, lr=0.2), 0.99)
+    out = tmp_path / "tuned.yaml"
+    assert main([str(runs), "--scale", "smoke", "--out", str(out), "--command", "make tune"]) == 0
+    document = yaml.safe_load(out.read_text())
+    assert document["lr"]["easgd"]["chosen"] == 0.05
+    assert document["lr"]["local_sgd"]["chosen"] == 0.1
+    assert document["grid"] == [0.05, 0.1] and document["command"] == "make tune"
+    assert document["lr"]["easgd"]["points"][0.05] == {
+        "mean": 0.91,
+        "std": 0.0141,
+        "n": 2,
+        "diverged": 0,
+        "reached_target": 2,
+        "time_to_target_s": pytest.approx(2 * 1.175),  # 2 epochs of the fixture ledger
+    }
+    assert document["setting"]["validation_fraction"] == 0.15
+    assert "easgd              lr 0.05 (at the grid's edge)" in capsys.readouterr().out
+    # runs without a validation split cannot choose anything
+    plain = tmp_path / "plain"
+    fx.write_run(plain / "r", fx.make_config("easgd", 4, 0, experiment="tune", lr=0.1), 0.9)
+    assert main([str(plain), "--scale", "smoke", "--out", str(out)]) == 2
+    assert "without a validation split" in capsys.readouterr().err
