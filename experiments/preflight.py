@@ -163,6 +163,9 @@ def check_machine(plain: dict[str, Any], launcher: Launcher | None, local: bool 
     """The checks of `plain` against what torch builds and sees, after every other: the model
     (built on the `meta` device) and, where the workers run on this machine (`local`), the data
     and its partition and the devices. These import torch, which the run imports next anyway."""
+    from experiments.workers.startup import import_torch
+
+    import_torch()  # with the stop signals held: a stop meanwhile is delivered once it is done
     from experiments.runner import check_data, check_model
 
     if local:

@@ -17,7 +17,9 @@ from experiments.training.models import build_model
 from experiments.training.schedule import decay_epochs, peak_lr
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
-GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name != "local")
+# conf/local: site defaults; conf/tuned: the tuned learning rates (experiments/config/tuned.py),
+# read by a resolver: neither is a group of options.
+GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name not in ("local", "tuned"))
 
 
 def composed(*overrides: str) -> dict:

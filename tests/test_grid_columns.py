@@ -5,6 +5,7 @@ table1's extra grid `{algorithm: overlap_local_sgd, tau: 1, lr: 0.15}` left ever
 points "without a result" although all 60 runs had completed."""
 
 from analysis.grid import PointConfigs, compose_preset, expand_sweeps, grid_column
+from experiments.config.tuned import load_tuned
 
 
 def test_a_config_key_named_like_a_metric_is_its_config_column():
@@ -23,6 +24,9 @@ def test_table1_points_carry_the_base_lr_and_the_sweeps_clock():
     assert len(paper_point) == 3 and all(p["tau"] == 1 for p in paper_point)
     configs = PointConfigs("table1", "cpu", overrides=["cluster=sim"])
     cfg = configs(points[0])
-    assert cfg["config.lr"] == 0.1 and "lr" not in cfg  # named as the runs' frame names it
+    # the base LR chosen for the point's algorithm at the cpu scale (conf/tuned/cpu.yaml),
+    # named as the runs' frame names it
+    tuned = load_tuned("cpu")["lr"][points[0]["algorithm.name"]]["chosen"]
+    assert cfg["config.lr"] == tuned and "lr" not in cfg
     assert cfg["timing"] == "virtual"  # cluster=sim's clock, as the sweep ran the points
     assert PointConfigs("table1", "cpu")(points[0])["timing"] == "real"

@@ -30,6 +30,7 @@ import multiprocessing
 import os
 import signal
 import sys
+import threading
 import types
 from collections.abc import Callable
 from typing import Any
@@ -98,6 +99,26 @@ def warm() -> None:
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
         forkserver.ensure_running()
+    finally:
+        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+
+
+def import_torch() -> None:
+    """Import torch in this process with the stop signals held, once the config has passed its
+    torch-free checks (experiments/preflight.py `check_machine`, the first to need it). run.py's
+    handlers raise on a stop signal; one raised in the middle of `import torch` (seconds) would
+    leave torch half imported, and the run's own stop handling, which uses torch, would fail
+    on it ("partially initialized module 'torch'": tests/test_catalogue.py's
+    signals:hup-while-workers-start, seen under load once bad input stopped importing torch
+    at the top). Held, the signal is delivered as soon as the import is done, and stops the
+    run as any other. Only the main thread holds signals (a thread's import is not
+    interrupted by them)."""
+    if "torch" in sys.modules or threading.current_thread() is not threading.main_thread():
+        import torch  # noqa: F401
+        return
+    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
+    try:
+        import torch  # noqa: F401
     finally:
         signal.pthread_sigmask(signal.SIG_SETMASK, mask)
 
