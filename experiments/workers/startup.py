@@ -115,6 +115,7 @@ def import_torch() -> None:
     interrupted by them)."""
     if "torch" in sys.modules or threading.current_thread() is not threading.main_thread():
         import torch  # noqa: F401
+
         return
     mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
     try:
