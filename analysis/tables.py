@@ -491,7 +491,7 @@ def informative_cells(table: pd.DataFrame, digits: int = 3) -> tuple[pd.DataFram
         if header in keep or len(values) != 1:
             continue
         (value,) = values
-        lines.append(_uniform_line(header, value, table))
+        lines.append(_uniform_line(header, value))
         shown = shown.drop(columns=header)
     return shown, lines
 
@@ -521,11 +521,11 @@ def _unconverged_lines(table: pd.DataFrame) -> list[str]:
     return lines
 
 
-def _uniform_line(header: str, value: str, table: pd.DataFrame) -> str:
+def _uniform_line(header: str, value: str) -> str:
     """The line under a table for a column left out because every row has `value`."""
     if header == "n":
         return f"n = {value} runs (seeds) in every row."
-    if header == "comm/compute" and value in ("0.0%", EMPTY):
+    if header == "comm/compute" and value == "0.0%":
         return (
             "comm/compute: 0.0% in every row (an ideal network: no communication time; the "
             "time-axis presets, fig4 and low_comm, model a network)."

@@ -69,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.publish and args.results:
         fail("give --publish (the checkout's results/) or --results DIR, not both")
     if args.publish:
-        from analysis.report import git_commit
+        from experiments.store.records import git_commit  # not analysis.report's: pandas, scipy
 
         if git_commit(REPO).endswith("-dirty"):
             fail(

@@ -416,10 +416,10 @@ def test_provenance_paths_are_relative_to_the_checkout_or_out(tmp_path: Path) ->
 
 
 def test_publish_refuses_a_modified_checkout(monkeypatch, capsys) -> None:
-    import analysis.report
     from experiments import sweep
+    from experiments.store import records
 
-    monkeypatch.setattr(analysis.report, "git_commit", lambda repo=None: "0" * 40 + "-dirty")
+    monkeypatch.setattr(records, "git_commit", lambda repo=None: "0" * 40 + "-dirty")
     monkeypatch.setattr(sweep.subprocess, "run", lambda *a, **k: pytest.fail("work started"))
     with pytest.raises(SystemExit) as exit_:
         sweep.main(["demo", "--publish"])
