@@ -27,8 +27,6 @@ from __future__ import annotations
 import copy
 import json
 import re
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -355,21 +353,15 @@ def test_a_batched_run_stopped_and_resumed_equals_the_uninterrupted_run(tmp_path
     ids=["osp", "losp", "processes", "bad-value"],
 )
 def test_what_batched_cannot_run_is_a_one_line_error(tmp_path, overrides, message):
-    done = subprocess.run(
-        [
-            sys.executable,
-            str(ROOT / "run.py"),
-            "scale=smoke",
-            "dataset=synthetic",
-            "wandb.mode=disabled",
-            "cluster.batched=true",
-            f"out_root={tmp_path}",
-            *overrides,  # a later cluster.batched wins
-        ],
-        capture_output=True,
-        text=True,
-        cwd=ROOT,
-        timeout=300,
+    from tests.cli import run_py_here  # run.py in this process: refused before any worker
+
+    done = run_py_here(
+        "scale=smoke",
+        "dataset=synthetic",
+        "wandb.mode=disabled",
+        "cluster.batched=true",
+        f"out_root={tmp_path}",
+        *overrides,  # a later cluster.batched wins
     )
     assert done.returncode == 2, done.stderr
     lines = done.stderr.strip().splitlines()
