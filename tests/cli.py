@@ -1,6 +1,11 @@
 """Run the suite's commands as a user would: in a subprocess, or (`run_py_here`, `in_process`)
 in this process, for a test that checks what a command says, its exit code and what it leaves
-on disk before any worker starts; a subprocess costs ~3 s of imports (torch) per command."""
+on disk before any worker starts; a subprocess costs ~3 s of imports (torch) per command. A
+test of what a run computes and records (its metrics, its clock, its run directory) runs
+run.py here with its worker processes (`run_py_with_workers_here`): the workers are real
+processes, forked by the forkserver this test process keeps (torch imported once), and what
+run.py's own process says is captured; a test that reads what the workers print, or of
+signals, exits, hangs and launchers, starts a real `python run.py` (`run_py`)."""
 
 from __future__ import annotations
 
@@ -67,12 +72,15 @@ def in_process(
     env: Mapping[str, str | None] | None = None,
     cwd: Path | str = REPO,
     monkeypatch: pytest.MonkeyPatch | None = None,
+    workers: bool = False,
 ) -> subprocess.CompletedProcess:
     """`call()` as its command would run, in this process: `sys.argv` = argv, the environment
     (child_env's, plus `env`; None unsets a key) and cwd as given, stdout and stderr captured,
-    SystemExit's code as the exit code (uncaught exceptions propagate). No worker may start:
-    `experiments.workers.dist.spawn` is a trap, so only a command that stops before its workers
-    belongs here. What a command changes in the process is undone afterwards: the environment,
+    SystemExit's code as the exit code (uncaught exceptions propagate). No worker may start
+    unless `workers`: `experiments.workers.dist.spawn` is a trap, so only a command that stops
+    before its workers belongs here. With `workers`, the command's worker processes start as
+    they do for the command (its forkserver; `spawn` hands them this process's environment).
+    What a command changes in the process is undone afterwards: the environment (all of it),
     cwd and argv (by `monkeypatch`, the test's when given, else one of its own), the stop
     signals' handlers (run.py's cli() installs its own) and the root logger (Hydra's job
     logging points it at the captured stdout)."""
@@ -88,8 +96,10 @@ def in_process(
     root_state = (root.level, list(root.handlers))
     out, err = io.StringIO(), io.StringIO()
     code: Any = 0
+    environ = dict(os.environ)  # (spawn sets MASTER_ADDR and MASTER_PORT for its workers)
     try:
-        mp.setattr(experiments.workers.dist, "spawn", no_workers)
+        if not workers:
+            mp.setattr(experiments.workers.dist, "spawn", no_workers)
         mp.setenv("HYDRA_FULL_ERROR", "1")  # run.py sets it for itself: undone with the rest
         mp.setenv("WANDB_SILENT", "true")
         for key in LAUNCHER_KEYS:
@@ -114,6 +124,9 @@ def in_process(
         root.handlers[:] = root_state[1]
         if own is not None:
             own.undo()
+        if workers:
+            os.environ.clear()
+            os.environ.update(environ)
     if code is None:
         code = 0
     elif not isinstance(code, int):  # sys.exit("message"): as the interpreter, exit 1
@@ -151,6 +164,19 @@ def run_py_here(
     command runs it): for bad input, refused before any worker starts (`in_process`)."""
     script = str(REPO / "run.py")
     return in_process(run_py_call(), argv=[script, *args], env=env, cwd=cwd)
+
+
+def run_py_with_workers_here(
+    *args: str, env: Mapping[str, str | None] | None = None, cwd: Path | str = REPO
+) -> subprocess.CompletedProcess:
+    """`python run.py ARGS` whose run is what the test checks (its records, its clock), not
+    run.py's own process: run.py in this process as `run_py_here` runs it, its workers real
+    processes, forked by the forkserver run.py starts (`experiments.workers.startup`; started
+    once for this test process, with torch and the suite imported). A `python run.py` costs
+    ~3 s more: its own interpreter and imports, and a forkserver that imports torch again.
+    Signals, exits, hangs and launchers stay with `run_py`/`popen_run_py`: real processes."""
+    script = str(REPO / "run.py")
+    return in_process(run_py_call(), argv=[script, *args], env=env, cwd=cwd, workers=True)
 
 
 def module(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

@@ -1,17 +1,35 @@
-"""Only for pytest-xdist (`make test`'s `-n 2 --dist loadgroup`): the tests that must share one
-process of the session stay in one xdist worker."""
+"""What the test modules share: the SLURM cluster, started once for the session
+(tests/slurm_cluster.py; defined here, once: a fixture imported into two test modules is two
+fixtures, and the second module's start stopped the first one's cluster), and under
+pytest-xdist (`make test`'s `-n 2 --dist loadgroup`) the SLURM tests kept in one xdist worker,
+as they share that one started cluster (a second worker would start a second one on the same
+machine, which stops the first)."""
 
 from __future__ import annotations
 
 import pytest
 
+from tests.slurm_cluster import slurm_cluster  # noqa: F401 - the session fixture
 
-@pytest.hookimpl(tryfirst=True)  # before xdist's own hook, which reads the groups
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    if not config.pluginmanager.hasplugin("xdist"):
-        return  # the marker is xdist's (--strict-markers refuses it without)
-    # The SLURM tests share one started two-node cluster (tests/slurm_cluster.py, a session
-    # fixture): a second xdist worker would start a second one on the same machine.
-    for item in items:
-        if item.get_closest_marker("slurm") is not None:
-            item.add_marker(pytest.mark.xdist_group("slurm"))
+# The modules whose tests share the started cluster (marked `slurm`).
+SLURM_MODULES = ("tests/test_slurm.py::", "tests/test_slurm_cluster.py::")
+
+
+@pytest.hookimpl(optionalhook=True)  # (a hook of xdist: none without it)
+def pytest_xdist_make_scheduler(config: pytest.Config, log):
+    """`--dist loadgroup` with the SLURM tests as one group. By hand, not by the
+    `xdist_group` mark: with pytest 9.2 the mark no longer groups anything (xdist 3.8 writes
+    the group into a node id field pytest no longer reads; pytest-dev/pytest-xdist#1386), and
+    the SLURM tests then ran in both workers, each starting a cluster that stopped the other's.
+    Every other test is its own unit, as with `--dist load`."""
+    if config.getvalue("dist") != "loadgroup":
+        return None
+    from xdist.scheduler import LoadGroupScheduling
+
+    class SlurmTogether(LoadGroupScheduling):
+        def _split_scope(self, nodeid: str) -> str:
+            if nodeid.startswith(SLURM_MODULES):
+                return "slurm"
+            return super()._split_scope(nodeid)
+
+    return SlurmTogether(config, log)

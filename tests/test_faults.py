@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli import REPO, popen_run_py, run_dir_of, run_py, run_py_here
+from tests.cli import run_py_with_workers_here as run_here
 
 # e2e: the tests with real processes. Bad input is answered before any worker starts: those
 # commands run in this process (tests/cli.py, run_py_here).
@@ -162,7 +163,7 @@ def test_ctrl_c_stops_a_sweep_and_the_rerun_does_only_the_missing_points(tmp_pat
     assert not third.exists()
     finished = (first / "summary.json").read_bytes()
 
-    rerun = run_py(*sweep, f"out_root={tmp_path}", timeout=600)
+    rerun = run_here(*sweep, f"out_root={tmp_path}")  # run.py here, its workers real
     assert rerun.returncode == 0, rerun.stderr[-2000:]
     assert f"skip {first}: already completed" in rerun.stdout
     assert rerun.stdout.count(": completed  final/test_acc") == 2  # seeds 1 and 2 only

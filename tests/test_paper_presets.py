@@ -13,7 +13,8 @@ from analysis.grid import PointConfigs, compose_preset, expand_sweeps
 from experiments.config.tuned import load_tuned
 from experiments.training.clock import Network
 from experiments.training.models import build_model
-from tests.cli import REPO, run_py
+from tests.cli import REPO
+from tests.cli import run_py_with_workers_here as run_here  # run.py here, its workers real
 
 PAPER_SYNC_RATIO, PAPER_OVERLAP_RATIO = 0.346, 0.015  # algorithms.md section 10
 
@@ -122,7 +123,7 @@ def test_the_overlap_closed_form_with_evaluation_drains_matches_a_run(tmp_path):
     epoch (odd), tau = 2, an evaluation every epoch: the drains at epochs ending one step after
     a round end cost max(0, T - step), those ending on a round end cost T."""
     step, latency = 0.01, 0.004  # T = 2 alpha + bytes < tau step: hidden within rounds
-    proc = run_py("dataset=synthetic", "dataset.num_train=1984", "scale=smoke", "epochs=4",
+    proc = run_here("dataset=synthetic", "dataset.num_train=1984", "scale=smoke", "epochs=4",
                   "wandb.mode=disabled", "timing=virtual", "algorithm=overlap_local_sgd", "tau=2",
                   f"compute.step_time_s={step}", "compute.algo_time_s=0",
                   f"network.latency_s={latency}", "network.bandwidth_gbps=1",

@@ -10,7 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import REPO, in_process, run_py
+from tests.cli import REPO, in_process
+from tests.cli import run_py_with_workers_here as run_here  # run.py here, its workers real
 
 PRESETS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
 
@@ -28,7 +29,7 @@ def test_presets_of_the_issue_exist():
 @pytest.mark.parametrize("preset", PRESETS)
 def test_every_preset_smoke_runs(tmp_path, preset):
     # One point of the preset (a plain run ignores the sweep grid) at the smoke scale.
-    proc = run_py(f"experiment={preset}", "scale=smoke", "epochs=1", "wandb.mode=disabled",
+    proc = run_here(f"experiment={preset}", "scale=smoke", "epochs=1", "wandb.mode=disabled",
                   f"out_root={tmp_path}")  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     (run_dir,) = [p for p in (tmp_path / "runs").iterdir() if p.is_dir()]

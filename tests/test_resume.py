@@ -187,7 +187,8 @@ def test_run_py_signalled_checkpoints_exits_3_and_the_rerun_resumes_exactly(tmp_
     import signal
     import time
 
-    from tests.cli import run_dir_of, run_py
+    from tests.cli import run_dir_of
+    from tests.cli import run_py_with_workers_here as run_py  # run.py here, workers real
 
     args = [
         "scale=smoke",

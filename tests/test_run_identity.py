@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import REPO, child_env, run_dir_of, run_py
+from tests.cli import REPO, child_env, run_dir_of
+from tests.cli import run_py_with_workers_here as run_here  # run.py here, its workers real
 
 FAST = ("scale=smoke", "dataset=synthetic", "wandb.mode=disabled", "progress=false")
 TINY = (*FAST, "epochs=1", "dataset.num_train=256")
@@ -54,10 +55,10 @@ def test_a_changed_scale_file_is_a_new_run_never_a_skip(tmp_path):
     shutil.copytree(REPO / "conf", conf, ignore=shutil.ignore_patterns("local"))
     smoke = conf / "scale" / "smoke.yaml"
     args = (*FAST, "dataset.num_train=256", f"out_root={tmp_path}", "--config-path", str(conf))
-    first = run_py(*args)
+    first = run_here(*args)
     assert first.returncode == 0, first.stderr[-2000:]
     smoke.write_text(smoke.read_text().replace("epochs: 2", "epochs: 1"))
-    second = run_py(*args)
+    second = run_here(*args)
     assert second.returncode == 0, second.stderr[-2000:]
     assert "skip" not in second.stdout
     one, two = runs(tmp_path)
@@ -71,12 +72,12 @@ def test_a_changed_scale_file_is_a_new_run_never_a_skip(tmp_path):
 
 @pytest.mark.e2e
 def test_the_same_config_reached_otherwise_is_reused_and_its_record_untouched(tmp_path):
-    first = run_py(*TINY, f"out_root={tmp_path}")
+    first = run_here(*TINY, f"out_root={tmp_path}")
     assert first.returncode == 0, first.stderr[-2000:]
     (run,) = runs(tmp_path)
     kept = {p.name: p.read_bytes() for p in [*run.iterdir(), *(run / ".hydra").iterdir()]
             if p.is_file() and not p.name.startswith(".lock")}  # fmt: skip
-    again = run_py(*TINY, "tau=1", "seed=0", "wandb.mode=offline", f"out_root={tmp_path}")
+    again = run_here(*TINY, "tau=1", "seed=0", "wandb.mode=offline", f"out_root={tmp_path}")
     assert again.returncode == 0, again.stderr[-2000:]
     assert again.stdout.strip().splitlines() == [f"skip {run}: already completed"]
     now = {p.name: p.read_bytes() for p in [*run.iterdir(), *(run / ".hydra").iterdir()]
@@ -88,13 +89,13 @@ def test_the_same_config_reached_otherwise_is_reused_and_its_record_untouched(tm
 
 @pytest.mark.e2e
 def test_a_finished_record_of_another_config_is_refused_not_overwritten(tmp_path):
-    first = run_py(*TINY, f"out_root={tmp_path}")
+    first = run_here(*TINY, f"out_root={tmp_path}")
     assert first.returncode == 0
     (run,) = runs(tmp_path)
     record = summary(run)
     (run / "summary.json").write_text(json.dumps({**record, "identity": "0123456789"}))
     before = (run / "summary.json").read_bytes()
-    proc = run_py(*TINY, f"out_root={tmp_path}")
+    proc = run_here(*TINY, f"out_root={tmp_path}")
     assert proc.returncode == 2
     (line,) = proc.stderr.strip().splitlines()
     assert line.startswith(f"error: run directory {run} holds a finished run of another")
@@ -103,10 +104,10 @@ def test_a_finished_record_of_another_config_is_refused_not_overwritten(tmp_path
 
 @pytest.mark.e2e
 def test_rerun_recomputes_and_keeps_the_previous_record_beside_it(tmp_path):
-    assert run_py(*TINY, f"out_root={tmp_path}").returncode == 0
+    assert run_here(*TINY, f"out_root={tmp_path}").returncode == 0
     (run,) = runs(tmp_path)
     old = (run / "summary.json").read_bytes()
-    proc = run_py(*TINY, "rerun=true", f"out_root={tmp_path}")
+    proc = run_here(*TINY, "rerun=true", f"out_root={tmp_path}")
     assert proc.returncode == 0, proc.stderr[-2000:]
     (kept,) = (tmp_path / "runs" / ".superseded").iterdir()
     assert kept.name.startswith(run.name + "-")

@@ -12,7 +12,6 @@ from pathlib import Path
 import pytest
 
 from tests.cli import REPO, run_dir_of, run_py
-from tests.slurm_cluster import slurm_cluster  # noqa: F401 - the session fixture
 
 pytestmark = pytest.mark.slurm
 
@@ -37,7 +36,7 @@ def job_output(path: Path, cluster) -> str:
     return text[-4000:] + "\n" + cluster.logs()
 
 
-def test_sbatch_two_nodes_two_tasks_each_trains_with_world_size_4(slurm_cluster, tmp_path):  # noqa: F811
+def test_sbatch_two_nodes_two_tasks_each_trains_with_world_size_4(slurm_cluster, tmp_path):
     out = tmp_path / "job.out"
     job = slurm_cluster.sbatch(
         [
@@ -64,7 +63,7 @@ def test_sbatch_two_nodes_two_tasks_each_trains_with_world_size_4(slurm_cluster,
     assert "2 nodes (n[1-2]), 4 workers" in text and "completed" in text
 
 
-def test_hydra_submitit_launcher_runs_a_two_point_sweep(slurm_cluster, tmp_path):  # noqa: F811
+def test_hydra_submitit_launcher_runs_a_two_point_sweep(slurm_cluster, tmp_path):
     with slurm_cluster.activate():
         proc = run_py(
             "-m",
@@ -92,7 +91,7 @@ def test_hydra_submitit_launcher_runs_a_two_point_sweep(slurm_cluster, tmp_path)
     assert len(logs) == 2 * 4, logs
 
 
-def test_signalled_job_checkpoints_requeues_resumes_and_matches(slurm_cluster, tmp_path):  # noqa: F811
+def test_signalled_job_checkpoints_requeues_resumes_and_matches(slurm_cluster, tmp_path):
     args = [
         *FAST,
         "dataset=digits",

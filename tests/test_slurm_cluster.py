@@ -10,8 +10,6 @@ from pathlib import Path
 
 import pytest
 
-from tests.slurm_cluster import slurm_cluster  # noqa: F401 - the session fixture
-
 pytestmark = pytest.mark.slurm
 
 
@@ -20,7 +18,7 @@ def _script(path: Path, body: str) -> Path:
     return path
 
 
-def test_two_nodes_two_tasks_each(slurm_cluster, tmp_path):  # noqa: F811
+def test_two_nodes_two_tasks_each(slurm_cluster, tmp_path):
     out = tmp_path / "tasks"
     out.mkdir()
     script = _script(
@@ -62,7 +60,7 @@ def _node_of(x: int) -> tuple[int, str]:
     return x, os.environ["SLURMD_NODENAME"]
 
 
-def test_submitit_ranks_and_array(slurm_cluster, tmp_path):  # noqa: F811
+def test_submitit_ranks_and_array(slurm_cluster, tmp_path):
     import submitit
 
     with slurm_cluster.activate():
@@ -76,7 +74,7 @@ def test_submitit_ranks_and_array(slurm_cluster, tmp_path):  # noqa: F811
         assert {j.result()[1] for j in jobs} <= {"n1", "n2"}
 
 
-def test_sacct_stand_in_reports_array_tasks(slurm_cluster, tmp_path):  # noqa: F811
+def test_sacct_stand_in_reports_array_tasks(slurm_cluster, tmp_path):
     """submitit's status query: a task that fails without a result is seen as FAILED."""
     from submitit.slurm.slurm import SlurmInfoWatcher
 
@@ -94,7 +92,7 @@ def test_sacct_stand_in_reports_array_tasks(slurm_cluster, tmp_path):  # noqa: F
     assert info[f"{job}_1"]["NodeList"] in ("n1", "n2")
 
 
-def test_scancel_signal_reaches_srun_tasks(slurm_cluster, tmp_path):  # noqa: F811
+def test_scancel_signal_reaches_srun_tasks(slurm_cluster, tmp_path):
     task = tmp_path / "trap.py"
     task.write_text(
         textwrap.dedent(
@@ -122,7 +120,7 @@ def test_scancel_signal_reaches_srun_tasks(slurm_cluster, tmp_path):  # noqa: F8
         assert (tmp_path / f"usr1.{r}").read_text() == "10"
 
 
-def test_requeue_runs_the_job_again(slurm_cluster, tmp_path):  # noqa: F811
+def test_requeue_runs_the_job_again(slurm_cluster, tmp_path):
     log = tmp_path / "runs.log"
     script = _script(
         tmp_path / "requeue.sbatch",

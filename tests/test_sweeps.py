@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from tests.cli import REPO, child_env, run_dir_of, run_py
+from tests.cli import run_py_with_workers_here as run_here  # run.py here, its workers real
 
 pytestmark = pytest.mark.e2e
 
@@ -82,7 +83,7 @@ def test_a_crashing_point_does_not_stop_the_sweep(tmp_path):
 def test_a_presets_extra_grids_run_with_it_and_one_config_runs_once(tmp_path):
     """`python run.py -m experiment=fig4` missed PowerSGD's ranks 2, 4, 8 (only
     experiments/sweep.py ran the preset's extra sweeps)."""
-    proc = run_py("-m", "experiment=fig4", *TINY, "epochs=1", "seed=0", "algorithm=sync_sgd",
+    proc = run_here("-m", "experiment=fig4", *TINY, "epochs=1", "seed=0", "algorithm=sync_sgd",
                   "dist_timeout_s=30,31", f"out_root={tmp_path}")  # fmt: skip
     assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr[-2000:]
     names = sorted(p.name.rsplit("-", 1)[0] for p in runs(tmp_path))

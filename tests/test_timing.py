@@ -20,7 +20,7 @@ from experiments.training.clock import (
     slowdown_factors,
 )
 from experiments.training.models import TinyCNN
-from tests.cli import run_py
+from tests.cli import run_py_with_workers_here as run_py  # run.py here, its workers real
 
 RESNET18_BYTES = 11_173_962 * 4
 
