@@ -40,7 +40,6 @@ from tests.cli import REPO, child_env, in_process, run_py_call
 
 FAST = ("scale=smoke", "dataset=synthetic", "wandb.mode=disabled", "progress=false")
 MARK = "COMMSGD_CATALOGUE_CASE"  # in the environment of a case's processes (and their workers)
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
 @dataclass

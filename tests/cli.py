@@ -59,9 +59,6 @@ def run_py(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
     )
 
 
-# The signals run.py's cli() takes over (experiments/store/checkpoint.py, STOPS, and SIGINT):
-# put back after an in-process command.
-SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 LAUNCHER_KEYS = ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT")  # child_env drops them
 
 
@@ -85,13 +82,14 @@ def in_process(
     signals' handlers (run.py's cli() installs its own) and the root logger (Hydra's job
     logging points it at the captured stdout)."""
     import experiments.workers.dist
+    from experiments.workers.startup import STOP_SIGNALS  # the handlers run.py's cli() sets
 
     def no_workers(*args, **kwargs):
         raise AssertionError("an in-process command started workers")
 
     own = pytest.MonkeyPatch() if monkeypatch is None else None
     mp = monkeypatch or own
-    handlers = {sig: signal.getsignal(sig) for sig in SIGNALS}
+    handlers = {sig: signal.getsignal(sig) for sig in STOP_SIGNALS}
     root = logging.getLogger()
     root_state = (root.level, list(root.handlers))
     out, err = io.StringIO(), io.StringIO()
@@ -158,12 +156,16 @@ def run_py_call() -> Callable[[], None]:
 
 
 def run_py_here(
-    *args: str, env: Mapping[str, str | None] | None = None, cwd: Path | str = REPO
+    *args: str,
+    env: Mapping[str, str | None] | None = None,
+    cwd: Path | str = REPO,
+    workers: bool = False,
 ) -> subprocess.CompletedProcess:
     """`python run.py ARGS` in this process (run.py as `__main__` through runpy, as a user's
-    command runs it): for bad input, refused before any worker starts (`in_process`)."""
+    command runs it): for bad input, refused before any worker starts (`in_process`; with
+    `workers`, see `run_py_with_workers_here`)."""
     script = str(REPO / "run.py")
-    return in_process(run_py_call(), argv=[script, *args], env=env, cwd=cwd)
+    return in_process(run_py_call(), argv=[script, *args], env=env, cwd=cwd, workers=workers)
 
 
 def run_py_with_workers_here(
@@ -175,8 +177,7 @@ def run_py_with_workers_here(
     once for this test process, with torch and the suite imported). A `python run.py` costs
     ~3 s more: its own interpreter and imports, and a forkserver that imports torch again.
     Signals, exits, hangs and launchers stay with `run_py`/`popen_run_py`: real processes."""
-    script = str(REPO / "run.py")
-    return in_process(run_py_call(), argv=[script, *args], env=env, cwd=cwd, workers=True)
+    return run_py_here(*args, env=env, cwd=cwd, workers=True)
 
 
 def module(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:

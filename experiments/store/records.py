@@ -352,10 +352,10 @@ def git_commit(repo: str | os.PathLike) -> str:
 
     try:
         sha = git("rev-parse", "HEAD")
-        top = git("rev-parse", "--show-toplevel")
+        # the whole checkout (`:(top)`, wherever `repo` lies in it) but its results/
         dirty = git(
-            "-C", top, "status", "--porcelain", "--untracked-files=no", "--", ".",
-            ":(exclude)results",
+            "status", "--porcelain", "--untracked-files=no", "--", ":(top)",
+            ":(top,exclude)results",
         )  # fmt: skip
     except (OSError, subprocess.SubprocessError):
         return "unknown"
