@@ -41,9 +41,17 @@ print(json.dumps({"checked": names, "heavy": heavy}))
 """
 
 #: run.py's own program on ARGS in this interpreter (run.py as `runpy` runs it: its cli, no
-#: os._exit), then what the process had imported when it ended
+#: os._exit), then what the process had imported when it ended, and the workers' forkserver
+#: that run.py started on the way (`startup.warm`) if it is still alive
 RUN_PY = """
-import json, runpy, sys
+import json, os, runpy, sys
+from multiprocessing import forkserver
+from experiments.workers import startup
+servers, warm = [], startup.warm
+def warm_and_note():
+    warm()
+    servers.append(forkserver._forkserver._forkserver_pid)
+startup.warm = warm_and_note
 sys.argv = ["run.py", *sys.argv[1:]]
 try:
     runpy.run_path("run.py", run_name="__main__")
@@ -51,7 +59,14 @@ try:
 except SystemExit as e:
     code = e.code
 heavy = sorted(m for m in HEAVY if m in sys.modules)
-print(json.dumps({"code": code, "heavy": heavy}))
+def alive(pid):
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+left = [pid for pid in servers if alive(pid)]
+print(json.dumps({"code": code, "heavy": heavy, "servers": len(servers), "left": left}))
 """
 
 
@@ -96,6 +111,33 @@ def test_bad_input_is_answered_without_torch(tmp_path, args, line):
     lines = stderr.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith(line), stderr
     assert result["heavy"] == [], f"imported before the answer: {result['heavy']}"
+    # run.py started its workers' forkserver before composing, and stopped it on the refusal
+    # (startup.stop_server): it would go on importing torch with the command's pipes open
+    # (tests/cli.py's in-process commands start none)
+    assert result["servers"] >= 1 and result["left"] == [], result
+
+
+#: run.py's handler of a stop signal before any worker runs, called for SIGHUP: what it raises,
+#: and what it imported
+SIGHUP_HANDLER = """
+import json, signal, sys
+import run
+try:
+    run._raise_stop(signal.SIGHUP, None)
+    raised = None
+except BaseException as e:
+    raised = type(e).__name__
+heavy = sorted(m for m in HEAVY if m in sys.modules)
+print(json.dumps({"raised": raised, "heavy": heavy}))
+"""
+
+
+def test_the_sighup_handler_imports_nothing():
+    """A handler runs between two instructions of the main thread, in the middle of whatever it
+    was importing: SIGHUP while Hydra composed (numpy half imported) made the handler's own
+    import of torch fail ("partially initialized module 'numpy'", exit 2, 2 times in 40)."""
+    result, stderr = fresh(SIGHUP_HANDLER)
+    assert result == {"raised": "Stopped", "heavy": []}, stderr
 
 
 def test_the_rules_take_their_facts_from_the_torch_free_configs():

@@ -68,6 +68,7 @@ from experiments.store.records import (
     write_bytes_atomic,
     write_json_atomic,
 )
+from experiments.workers.startup import detach_closed_terminal
 
 DIR = "checkpoint"
 LATEST = "latest.json"
@@ -346,19 +347,6 @@ STOPS: dict[signal.Signals, Stop] = {
     signal.SIGINT: Stop("Ctrl-C", requeue=False),
 }
 STOP_SIGNALS = {sig: stop.requeue for sig, stop in STOPS.items()}
-
-
-def detach_closed_terminal() -> None:
-    """After SIGHUP: the terminal is gone and writing to it fails (EIO), so the process's
-    stdout and stderr that were that terminal now go to /dev/null; a file or a pipe stays."""
-    for fd in (1, 2):
-        try:
-            if os.isatty(fd):
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, fd)
-                os.close(devnull)
-        except OSError:
-            pass
 
 
 class Stopper:

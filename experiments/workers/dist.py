@@ -373,9 +373,7 @@ def spawn(fn: Callable, nprocs: int, args: tuple) -> list[int]:
     def forward(signum, frame) -> None:
         interrupted.append(signum)
         if signum == signal.SIGHUP:
-            from experiments.store.checkpoint import detach_closed_terminal
-
-            detach_closed_terminal()
+            startup.detach_closed_terminal()
         if processes:
             _send(processes, signum)
         else:

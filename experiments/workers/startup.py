@@ -25,6 +25,7 @@ their steps as not to be compiled), and rank 0 started W&B on the critical path.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import multiprocessing
 import os
@@ -32,7 +33,7 @@ import signal
 import sys
 import threading
 import types
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 #: What the forkserver imports once: the launcher's main module (run.py: without it each worker
@@ -104,24 +105,67 @@ def warm() -> None:
 
 
 def import_torch() -> None:
-    """Import torch in this process with the stop signals held, once the config has passed its
-    torch-free checks (experiments/preflight.py `check_machine`, the first to need it). run.py's
-    handlers raise on a stop signal; one raised in the middle of `import torch` (seconds) would
-    leave torch half imported, and the run's own stop handling, which uses torch, would fail
-    on it ("partially initialized module 'torch'": tests/test_catalogue.py's
-    signals:hup-while-workers-start, seen under load once bad input stopped importing torch
-    at the top). Held, the signal is delivered as soon as the import is done, and stops the
-    run as any other. Only the main thread holds signals (a thread's import is not
-    interrupted by them)."""
+    """Import torch in this process with the stop signals held (`stops_held`), once the config
+    has passed its torch-free checks (experiments/preflight.py `check_machine`, the first to
+    need it). run.py's handlers raise on a stop signal; one raised in the middle of
+    `import torch` (seconds) would leave torch half imported, and the run's own stop handling,
+    which uses torch, would fail on it ("partially initialized module 'torch'":
+    tests/test_catalogue.py's signals:hup-while-workers-start). Held, the signal is delivered
+    as soon as the import is done, and stops the run as any other. Only the main thread holds
+    signals (a thread's import is not interrupted by them)."""
     if "torch" in sys.modules or threading.current_thread() is not threading.main_thread():
         import torch  # noqa: F401
 
         return
-    mask = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
+    with stops_held():
         import torch  # noqa: F401
+
+
+@contextlib.contextmanager
+def stops_held() -> Iterator[None]:
+    """Hold this process's stop signals while the block runs (main thread only): their handlers
+    only note them meanwhile; afterwards the handlers are back and a noted signal is raised
+    again, to be handled as it would have been, now.
+
+    By their Python handlers, not by blocking them in this thread (`pthread_sigmask`, as before):
+    the kernel hands a process's signal to any thread that does not block it, and Python then
+    runs the handler in the main thread all the same. Once numpy is imported there is such a
+    thread (OpenBLAS's pool: 2 threads in run.py's process by the time it imports torch), so the
+    blocked signal was not held: SIGHUP 0.3-3 s into a smoke run ended it with exit 2 and
+    "partially initialized module 'torch'" 10 times in 40 (signals:hup-while-workers-start,
+    under load). A signal with no Python handler (None: set outside Python) is left alone."""
+    noted: list[int] = []
+
+    def note(signum: int, frame: Any) -> None:
+        noted.append(signum)
+
+    previous = {}
+    for sig in STOP_SIGNALS:
+        if signal.getsignal(sig) is not None:
+            previous[sig] = signal.signal(sig, note)
+    try:
+        yield
     finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, mask)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        for signum in dict.fromkeys(noted):  # once each, in the order they came
+            signal.raise_signal(signum)
+
+
+def detach_closed_terminal() -> None:
+    """After SIGHUP: the terminal is gone and writing to it fails (EIO), so the process's
+    stdout and stderr that were that terminal now go to /dev/null; a file or a pipe stays.
+    Here, torch-free, so that a SIGHUP handler imports nothing: an import in a handler runs in
+    the middle of whatever the main thread was importing (numpy, while Hydra composes: torch's
+    import in the handler then failed on "partially initialized module 'numpy'")."""
+    for fd in (1, 2):
+        try:
+            if os.isatty(fd):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, fd)
+                os.close(devnull)
+        except OSError:
+            pass
 
 
 def stop_server() -> None:
