@@ -82,10 +82,18 @@ def in_process(
     signals' handlers (run.py's cli() installs its own) and the root logger (Hydra's job
     logging points it at the captured stdout)."""
     import experiments.workers.dist
+    import experiments.workers.startup
     from experiments.workers.startup import STOP_SIGNALS  # the handlers run.py's cli() sets
 
     def no_workers(*args, **kwargs):
         raise AssertionError("an in-process command started workers")
+
+    def no_forkserver() -> None:
+        """`startup.warm` for a command that may start no worker: the forkserver it would
+        start (a fresh interpreter that imports torch, until the refusal stops it) is ~0.2 s
+        of CPU on the other core per command, a third of the quick tests' CPU when the tests
+        run in two processes. That a refused command starts it and stops it is checked in
+        fresh interpreters (tests/test_torch_free.py)."""
 
     own = pytest.MonkeyPatch() if monkeypatch is None else None
     mp = monkeypatch or own
@@ -98,6 +106,7 @@ def in_process(
     try:
         if not workers:
             mp.setattr(experiments.workers.dist, "spawn", no_workers)
+            mp.setattr(experiments.workers.startup, "warm", no_forkserver)
         mp.setenv("HYDRA_FULL_ERROR", "1")  # run.py sets it for itself: undone with the rest
         mp.setenv("WANDB_SILENT", "true")
         for key in LAUNCHER_KEYS:
@@ -189,6 +198,20 @@ def module(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedP
         text=True,
         timeout=timeout,
     )
+
+
+def module_here(
+    name: str, *args: str, cwd: Path | str = REPO, env: Mapping[str, str | None] | None = None
+) -> subprocess.CompletedProcess:
+    """`python -m NAME ARGS` in this process (`in_process`): NAME's `main()`, as its
+    `__main__` block calls it (`sys.exit(main())`), with sys.argv = [NAME, *ARGS]. For a
+    command's message, exit code and files; a subprocess costs ~2 s of imports per command."""
+    import importlib
+
+    entry = importlib.import_module(name)
+    if not hasattr(entry, "main"):  # a package: `python -m NAME` runs NAME/__main__.py
+        entry = importlib.import_module(f"{name}.__main__")
+    return in_process(entry.main, argv=[name, *args], cwd=cwd, env=env)
 
 
 def run_dir_of(out_root, *overrides: str) -> Path:

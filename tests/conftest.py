@@ -3,9 +3,11 @@
 fixtures, and the second module's start stopped the first one's cluster), and under
 pytest-xdist (`make test`'s `-n 2 --dist loadgroup`) the SLURM tests kept in one xdist worker,
 as they share that one started cluster (a second worker would start a second one on the same
-machine, which stops the first)."""
+machine, which stops the first), and each xdist worker's share of the cores."""
 
 from __future__ import annotations
+
+import os
 
 import pytest
 
@@ -13,6 +15,19 @@ from tests.slurm_cluster import slurm_cluster  # noqa: F401 - the session fixtur
 
 # The modules whose tests share the started cluster (marked `slurm`).
 SLURM_MODULES = ("tests/test_slurm.py::", "tests/test_slurm_cluster.py::")
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """In an xdist worker: torch's CPU threads are the worker's share of the cores, as the
+    suite gives each in-process worker its share (experiments/workers/sim.py). With torch's
+    default, one thread per core in each of `make test`'s two processes, the two processes'
+    threads took turns on two cores: `make test-quick` took 10 CPU-s more (187 against 197,
+    OMP_NUM_THREADS=1). A run sets its own threads (`threads_per_worker`) and puts these back."""
+    workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
+    if workers > 1 and "PYTEST_XDIST_WORKER" in os.environ:
+        import torch
+
+        torch.set_num_threads(max(1, (os.cpu_count() or 1) // workers))
 
 
 @pytest.hookimpl(optionalhook=True)  # (a hook of xdist: none without it)

@@ -6,8 +6,6 @@ import itertools
 import json
 import math
 import statistics
-import subprocess
-import sys
 import warnings
 from pathlib import Path
 
@@ -35,6 +33,7 @@ from analysis.load import ALGORITHMS, find_runs, load_runs, load_summaries, read
 from analysis.report import main, report
 from analysis.tables import TAU_LESS, final_accuracy_table, to_markdown, write_table
 from experiments.errors import UserError
+from tests.cli import module_here
 
 REPO = Path(__file__).resolve().parents[1]
 NUM_EVALS = 3
@@ -859,13 +858,7 @@ def test_cli_prints_table_then_figure_paths(tmp_path, runs_root, capsys) -> None
 
 def test_cli_on_an_empty_root_exits_2_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    done = subprocess.run(
-        [sys.executable, "-m", "analysis.report", str(tmp_path / "empty"), "--out", str(tmp_path)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=60,
-    )
+    done = module_here("analysis.report", str(tmp_path / "empty"), "--out", str(tmp_path))
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.startswith("error: no runs") and len(done.stderr.splitlines()) == 1

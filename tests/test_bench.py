@@ -12,7 +12,7 @@ import pytest
 
 from analysis.load import ALGORITHMS
 from benchmarks.families import FAMILIES, HELD_BY_DESIGN
-from tests.cli import module
+from tests.cli import module, module_here
 
 
 @pytest.mark.e2e
@@ -77,7 +77,9 @@ def test_the_quick_bench_measures_exactly_the_headline_rows_and_writes_its_file(
 
 
 def test_the_quick_bench_refuses_family_options_before_any_work(tmp_path):
-    proc = module("benchmarks", "--quick", "--only", "overhead", "--out", str(tmp_path / "q.md"))
+    proc = module_here(
+        "benchmarks", "--quick", "--only", "overhead", "--out", str(tmp_path / "q.md")
+    )
     assert proc.returncode == 2
     last = proc.stderr.strip().splitlines()[-1]
     assert last.endswith("error: --quick runs its own rows, one at a time: no --only or --jobs")

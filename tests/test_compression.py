@@ -155,19 +155,15 @@ def test_compressed_average_decodes_each_contribution_and_the_mean(compression):
 
 
 def test_runner_refuses_compression_for_gradient_methods(tmp_path):
-    from hydra import compose, initialize_config_dir
     from hydra.errors import ConfigCompositionException
-    from omegaconf import OmegaConf
 
     from experiments.errors import UserError
     from experiments.preflight import validate
+    from tests.compose import resolved
     from tests.test_resume import CONF
 
     def cfg(*overrides):
-        with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-            return OmegaConf.to_container(
-                compose("config", overrides=list(overrides)), resolve=True
-            )
+        return resolved(*overrides, conf=CONF)
 
     validate(cfg("algorithm=diloco", "tau=4", "comm.compression=int8"))
     with pytest.raises(UserError, match="^comm.compression=bf16 applies to the model averages"):

@@ -7,7 +7,6 @@ import re
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import algorithms
@@ -15,6 +14,7 @@ from experiments.errors import UserError
 from experiments.preflight import validate
 from experiments.training.models import build_model
 from experiments.training.schedule import decay_epochs, peak_lr
+from tests.compose import resolved
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
 # conf/local: site defaults; conf/tuned: the tuned learning rates (experiments/config/tuned.py),
@@ -23,9 +23,7 @@ GROUPS = sorted(p.name for p in CONF.iterdir() if p.is_dir() and p.name not in (
 
 
 def composed(*overrides: str) -> dict:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(config_name="config", overrides=list(overrides))
-    return OmegaConf.to_container(cfg, resolve=True)
+    return resolved(*overrides)
 
 
 def all_options():

@@ -305,26 +305,23 @@ def test_the_tuned_document_flags_a_choice_at_the_grid_edge() -> None:
 
 
 def test_the_committed_tuning_file_is_read_by_the_cpu_scale() -> None:
-    from hydra import compose, initialize_config_dir
-
-    import experiments  # noqa: F401 - the resolvers
     from experiments.config.tuned import load_tuned
+    from tests.compose import composed
 
     tuned = load_tuned("cpu")
     assert tuned, "conf/tuned/cpu.yaml is missing: make tune writes it"
     for key in ("setting", "grid", "rule", "command", "commit", "lr"):
         assert key in tuned
     assert not tuned["commit"].endswith("-dirty")
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        for algorithm, entry in tuned["lr"].items():
-            assert entry["chosen"] in tuned["grid"]
-            assert set(entry["points"]) == set(tuned["grid"])
-            cfg = compose("config", overrides=[f"algorithm={algorithm}", "experiment=demo"])
-            assert cfg.lr == entry["chosen"]
-            paper = compose("config", overrides=[f"algorithm={algorithm}", "scale=paper"])
-            assert paper.lr == 0.1  # the papers' published value
-            given = compose("config", overrides=[f"algorithm={algorithm}", "lr=0.3"])
-            assert given.lr == 0.3
+    for algorithm, entry in tuned["lr"].items():
+        assert entry["chosen"] in tuned["grid"]
+        assert set(entry["points"]) == set(tuned["grid"])
+        cfg = composed(f"algorithm={algorithm}", "experiment=demo")
+        assert cfg.lr == entry["chosen"]
+        paper = composed(f"algorithm={algorithm}", "scale=paper")
+        assert paper.lr == 0.1  # the papers' published value
+        given = composed(f"algorithm={algorithm}", "lr=0.3")
+        assert given.lr == 0.3
 
 
 def test_the_tuned_lr_falls_back_and_refuses_a_bad_file(tmp_path, monkeypatch) -> None:

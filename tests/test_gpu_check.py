@@ -3,12 +3,12 @@ and the plan of what it exercises on a GPU."""
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 import torch
+
+from tests.cli import module_here
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -16,13 +16,7 @@ REPO = Path(__file__).resolve().parents[1]
 @pytest.mark.skipif(torch.cuda.is_available(), reason="the CPU branch needs a machine without GPU")
 def test_without_a_gpu_it_says_so_in_one_line_and_writes_nothing(tmp_path):
     out = tmp_path / "GPU-CHECK.md"
-    proc = subprocess.run(
-        [sys.executable, "-m", "benchmarks.gpu_check", "--out", str(out)],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=300,
-    )
+    proc = module_here("benchmarks.gpu_check", "--out", str(out))
     assert proc.returncode == 0, proc.stderr
     assert proc.stdout.splitlines() == [
         "GPU check not run: no CUDA device on this machine (torch.cuda.is_available() is False)"

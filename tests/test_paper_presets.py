@@ -13,19 +13,15 @@ from analysis.grid import PointConfigs, compose_preset, expand_sweeps
 from experiments.config.tuned import load_tuned
 from experiments.training.clock import Network
 from experiments.training.models import build_model
-from tests.cli import REPO
 from tests.cli import run_py_with_workers_here as run_here  # run.py here, its workers real
 
 PAPER_SYNC_RATIO, PAPER_OVERLAP_RATIO = 0.346, 0.015  # algorithms.md section 10
 
 
 def composed(*overrides: str) -> dict:
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
+    from tests.compose import resolved
 
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=list(overrides))
-    return OmegaConf.to_container(cfg, resolve=True)
+    return resolved(*overrides)
 
 
 def gradient_bytes(cfg: dict) -> int:

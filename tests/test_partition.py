@@ -192,17 +192,12 @@ def test_two_run_seeds_share_shards_two_partition_seeds_do_not(partition):
     """What the runner does with a composed config (experiments.runner.check_data and its
     workers' `make_partition(cfg["partition"], labels, workers)`): the run's `seed` leaves the
     shards and the data card alone; `partition.seed` moves them."""
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
     from experiments.data.datasets import load_dataset
     from experiments.runner import check_data
-    from tests.cli import REPO
+    from tests.compose import resolved
 
     def plain(*overrides: str) -> dict:
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            cfg = compose("config", overrides=[f"partition={partition}", *overrides])
-        return OmegaConf.to_container(cfg, resolve=True)
+        return resolved(f"partition={partition}", *overrides)
 
     extra = ("partition.dominant_fraction=0.35",) if partition == "noniid" else ()
     configs = [plain(*extra), plain("seed=1", *extra), plain("partition.seed=7", *extra)]

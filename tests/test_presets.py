@@ -93,15 +93,11 @@ def test_unknown_cluster_or_preset_is_a_clear_error(tmp_path):
 
 @pytest.mark.parametrize("scale", ["smoke", "cpu", "paper"])
 def test_every_preset_composes_and_validates_at_every_scale(scale):
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
     from experiments.preflight import validate
+    from tests.compose import resolved
 
     for preset in PRESETS:
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            cfg = compose("config", overrides=[f"experiment={preset}", f"scale={scale}"])
-        plain = OmegaConf.to_container(cfg, resolve=True)
+        plain = resolved(f"experiment={preset}", f"scale={scale}")
         validate(plain)
         assert plain["experiment_name"] == preset
         assert plain["report"]["target_acc"] == plain["scale"]["target_acc"]

@@ -12,7 +12,6 @@ import math
 import re
 import statistics
 import subprocess
-import sys
 from pathlib import Path
 
 import pandas as pd
@@ -53,6 +52,7 @@ from analysis.tables import (
     time_to_target,
 )
 from experiments.errors import UserError
+from tests.cli import module_here
 from tests.fixtures import make_fixtures as fx
 
 REPO = Path(__file__).resolve().parents[1]
@@ -1054,13 +1054,7 @@ def test_cli_prints_table_claims_then_paths(tmp_path: Path) -> None:
     out = tmp_path / "out"
     args = ["--experiment", EXPERIMENT, "--scale", "smoke", str(RUNS), "--out", str(out)]
     args += ["--conf", str(CONF)]
-    done = subprocess.run(
-        [sys.executable, "-m", "analysis.report", *args],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    done = module_here("analysis.report", *args)
     assert done.returncode == 0, done.stderr
     assert done.stderr == ""
     table = (out / "table.md").read_text().strip()

@@ -10,7 +10,8 @@ import sys
 from pathlib import Path
 
 import pytest
-from hydra import compose, initialize_config_dir
+
+from tests.compose import composed
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -89,11 +90,8 @@ def _presets() -> list[str]:
 def test_no_config_sets_hydra_mode(experiment):
     """run.py skips Hydra's composition that only reads `hydra.mode` (`_compose_once`): right
     only while conf/ leaves the mode to the command line."""
-    import experiments  # noqa: F401 - the schema and the resolvers
-
     overrides = [] if experiment is None else [f"experiment={experiment}"]
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose("config", overrides=overrides, return_hydra_config=True)
+    cfg = composed(*overrides, hydra=True)
     assert cfg.hydra.mode is None
 
 

@@ -13,13 +13,13 @@ from pathlib import Path
 from typing import Literal
 
 import pytest
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import algorithms
 from experiments.config import schema
 from experiments.config.config_doc import document
 from experiments.errors import UserError
+from tests.compose import composed as compose_config
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
@@ -27,8 +27,7 @@ GROUPS = ("dataset", "model", "partition", "network", "cluster", "algorithm")
 
 
 def composed(*overrides: str):
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        return compose("config", overrides=list(overrides))
+    return compose_config(*overrides)
 
 
 def test_docs_config_md_is_generated_from_the_schema_and_up_to_date():

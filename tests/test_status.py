@@ -6,7 +6,7 @@ import json
 import time
 
 from analysis.status import main, run_status
-from tests.cli import module
+from tests.cli import module_here
 
 
 def make_run(root, name, summary=None, heartbeat_age=None, algorithm="sync_sgd"):
@@ -60,6 +60,6 @@ def test_cli_lists_missing_points_of_a_preset_and_check_fails(tmp_path, capsys):
 
 
 def test_bad_root_is_one_line(tmp_path):
-    proc = module("analysis.status", str(tmp_path / "nope"))
+    proc = module_here("analysis.status", str(tmp_path / "nope"))
     assert proc.returncode == 2
     assert proc.stderr.strip() == f"error: runs root is not a directory: {tmp_path / 'nope'}"
