@@ -86,7 +86,7 @@ from experiments.errors import (  # noqa: E402
     UserError,
     WorkerFailed,
 )
-from experiments.workers.startup import detach_closed_terminal  # noqa: E402
+from experiments.store.records import detach_closed_terminal  # noqa: E402
 
 EXIT_INTERRUPTED = EXIT_STOPPED  # the name of issue 9's code 3
 
@@ -157,7 +157,7 @@ def _raise_stop(signum: int, frame) -> None:
     now; the runner records it (experiments/runner.py) and run.py exits with code 3. While workers
     run, experiments/workers/dist.py forwards the signals to them instead."""
     if signum == signal.SIGHUP:
-        detach_closed_terminal()  # (imported above: a handler imports nothing, startup.py)
+        detach_closed_terminal()  # (imported above: a handler imports nothing)
     raise Stopped(signum)
 
 

@@ -64,11 +64,11 @@ from algorithms.group import Group, as_group
 from experiments.errors import OutputError, UserError
 from experiments.store.records import (
     DamagedRecord,
+    detach_closed_terminal,
     read_json_object,
     write_bytes_atomic,
     write_json_atomic,
 )
-from experiments.workers.startup import detach_closed_terminal
 
 DIR = "checkpoint"
 LATEST = "latest.json"

@@ -416,3 +416,20 @@ class RunLock:
 
     def __exit__(self, *exc) -> None:
         self.release()
+
+
+def detach_closed_terminal() -> None:
+    """After SIGHUP: the terminal is gone and writing to it fails (EIO), so the process's
+    stdout and stderr that were that terminal now go to /dev/null; a file or a pipe stays.
+    Here, torch-free (not in checkpoint.py, beside the stop signals), so that run.py's SIGHUP
+    handler imports nothing: an import in a handler runs in the middle of whatever the main
+    thread was importing (numpy, while Hydra composes: torch's import in the handler then
+    failed on "partially initialized module 'numpy'", tests/test_torch_free.py)."""
+    for fd in (1, 2):
+        try:
+            if os.isatty(fd):
+                devnull = os.open(os.devnull, os.O_WRONLY)
+                os.dup2(devnull, fd)
+                os.close(devnull)
+        except OSError:
+            pass

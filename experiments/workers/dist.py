@@ -32,6 +32,7 @@ import torch.distributed as dist
 import torch.multiprocessing as mp
 
 from experiments.errors import UserError
+from experiments.store.records import detach_closed_terminal
 
 
 @dataclass
@@ -373,7 +374,7 @@ def spawn(fn: Callable, nprocs: int, args: tuple) -> list[int]:
     def forward(signum, frame) -> None:
         interrupted.append(signum)
         if signum == signal.SIGHUP:
-            startup.detach_closed_terminal()
+            detach_closed_terminal()
         if processes:
             _send(processes, signum)
         else:

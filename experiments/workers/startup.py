@@ -152,22 +152,6 @@ def stops_held() -> Iterator[None]:
             signal.raise_signal(signum)
 
 
-def detach_closed_terminal() -> None:
-    """After SIGHUP: the terminal is gone and writing to it fails (EIO), so the process's
-    stdout and stderr that were that terminal now go to /dev/null; a file or a pipe stays.
-    Here, torch-free, so that a SIGHUP handler imports nothing: an import in a handler runs in
-    the middle of whatever the main thread was importing (numpy, while Hydra composes: torch's
-    import in the handler then failed on "partially initialized module 'numpy'")."""
-    for fd in (1, 2):
-        try:
-            if os.isatty(fd):
-                devnull = os.open(os.devnull, os.O_WRONLY)
-                os.dup2(devnull, fd)
-                os.close(devnull)
-        except OSError:
-            pass
-
-
 def stop_server() -> None:
     """Stop the forkserver that `warm` started, for a command that ends before any worker
     started (bad input, exit code 2). Left alone it would go on importing torch for nothing
