@@ -21,8 +21,9 @@ def pytest_configure(config: pytest.Config) -> None:
     """In an xdist worker: torch's CPU threads are the worker's share of the cores, as the
     suite gives each in-process worker its share (experiments/workers/sim.py). With torch's
     default, one thread per core in each of `make test`'s two processes, the two processes'
-    threads took turns on two cores: `make test-quick` took 10 CPU-s more (187 against 197,
-    OMP_NUM_THREADS=1). A run sets its own threads (`threads_per_worker`) and puts these back."""
+    threads took turns on two cores: `make test-quick` took 197 CPU-s and 103.5 s, against
+    166 CPU-s and 87.8 s with this (back to back). A run sets its own threads
+    (`threads_per_worker`) and puts these back."""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1 and "PYTEST_XDIST_WORKER" in os.environ:
         import torch
