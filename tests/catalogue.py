@@ -80,16 +80,10 @@ class Ctx:
 
     def plain(self) -> dict[str, Any]:
         """The case's resolved job config (as the run resolves it)."""
-        from hydra import compose, initialize_config_dir
-
         import experiments
+        from tests.compose import composed
 
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            cfg = compose(
-                "config",
-                overrides=[*self.overrides(), f"out_root={self.out}"],
-                return_hydra_config=True,
-            )
+        cfg = composed(*self.overrides(), f"out_root={self.out}", hydra=True)
         return experiments.resolved_job(cfg)
 
 

@@ -217,12 +217,7 @@ def module_here(
 def run_dir_of(out_root, *overrides: str) -> Path:
     """The run directory `python run.py OVERRIDES out_root=OUT_ROOT` uses (named by its
     resolved config, experiments/config/identity.py), without running it."""
-    from hydra import compose, initialize_config_dir
+    from tests.compose import composed
 
-    import experiments  # noqa: F401 - the schema and the resolvers
-
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose(
-            "config", overrides=[*overrides, f"out_root={out_root}"], return_hydra_config=True
-        )
+    cfg = composed(*overrides, f"out_root={out_root}", hydra=True)
     return Path(str(cfg.hydra.run.dir)).absolute()

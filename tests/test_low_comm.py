@@ -58,10 +58,8 @@ def test_ledger_keeps_the_largest_accounted_collective_in_wire_bytes():
 
 @pytest.mark.parametrize("scale", ["smoke", "cpu", "paper"])
 def test_low_comm_grid_runs_45_points_that_all_validate(scale):
-    from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
-
     from experiments.preflight import validate
+    from tests.compose import resolved
 
     preset = compose_preset("low_comm", scale)
     points = expand_sweeps(preset.sweeps, set(GROUPS))
@@ -83,18 +81,8 @@ def test_low_comm_grid_runs_45_points_that_all_validate(scale):
     for name, fragments, delay in sorted(overrides, key=str):
         extra = [] if fragments is None else [f"algorithm.fragments={fragments}"]
         extra += [] if delay is None else [f"algorithm.sync_delay={delay}"]
-        with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-            cfg = compose(
-                "config",
-                overrides=[
-                    "experiment=low_comm",
-                    f"scale={scale}",
-                    f"algorithm={name}",
-                    "network=wan",
-                    *extra,
-                ],
-            )
-        plain = OmegaConf.to_container(cfg, resolve=True)
+        plain = resolved("experiment=low_comm", f"scale={scale}", f"algorithm={name}",
+                         "network=wan", *extra)  # fmt: skip
         validate(plain)
         assert plain["tau"] == 16 and plain["timing"] == "virtual"
         assert plain["compute"]["step_time_s"] == plain["scale"]["step_time_s"]

@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import algorithms
+from tests.compose import composed
 from tests.workers import run_workers
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -31,23 +31,19 @@ EXTRA_CASES = {
 
 
 def config(*overrides: str) -> dict:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(
-            config_name="config",
-            overrides=[
-                "scale=smoke",
-                "dataset=digits",
-                "wandb.mode=disabled",
-                "progress=false",
-                "timing=virtual",
-                "compute.step_time_s=0.01",
-                "compute.algo_time_s=0.001",  # pinned: the uninterrupted run charges the same
-                "network=ethernet1g",  # collectives take several steps: windows, overlap
-                "tau=2",
-                "checkpoint.poll_steps=2",
-                *overrides,
-            ],
-        )
+    cfg = composed(
+        "scale=smoke",
+        "dataset=digits",
+        "wandb.mode=disabled",
+        "progress=false",
+        "timing=virtual",
+        "compute.step_time_s=0.01",
+        "compute.algo_time_s=0.001",  # pinned: the uninterrupted run charges the same
+        "network=ethernet1g",  # collectives take several steps: windows, overlap
+        "tau=2",
+        "checkpoint.poll_steps=2",
+        *overrides,
+    )
     return OmegaConf.to_container(cfg, resolve=True)
 
 

@@ -123,15 +123,14 @@ def test_the_finished_check_is_repeated_once_the_directory_is_locked(tmp_path, m
     """issue 14 class 7: two identical commands both found no record, both trained, and the
     second overwrote the first's. Here an identical command finishes the run while this one
     waits for the lock: this one must not train."""
-    from hydra import compose, initialize_config_dir
+    from omegaconf import OmegaConf
 
     from experiments import runner
     from experiments.config.identity import digest
     from experiments.store import records
+    from tests.compose import composed
 
-    with initialize_config_dir(config_dir=str(REPO / "conf"), version_base="1.3"):
-        cfg = compose("config", overrides=[*TINY, f"out_root={tmp_path}"])
-    from omegaconf import OmegaConf
+    cfg = composed(*TINY, f"out_root={tmp_path}")
 
     plain = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
     plain.pop("rerun")

@@ -24,11 +24,11 @@ from pathlib import Path
 import pytest
 import torch
 import torch.distributed as dist
-from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
 
 import algorithms
 from experiments.errors import UserError, WorkerFailed
+from tests.compose import composed
 from tests.workers import run_workers
 
 CONF = Path(__file__).resolve().parents[1] / "conf"
@@ -39,36 +39,32 @@ DTYPES = ("float64", "float32")
 
 
 def config(cluster: str, *overrides: str) -> dict:
-    with initialize_config_dir(config_dir=str(CONF), version_base="1.3"):
-        cfg = compose(
-            config_name="config",
-            overrides=[
-                f"cluster={cluster}",
-                "scale=smoke",
-                "dataset=synthetic",
-                "dataset.num_train=288",  # 96 per worker: 6 steps per epoch
-                "dataset.num_test=64",
-                "model.width=4",
-                f"workers={WORKERS}",
-                "batch_size=16",
-                "epochs=3",
-                "wandb.mode=disabled",
-                "progress=false",
-                "timing=virtual",
-                "compute.step_time_s=0.01",
-                # pinned: a measured algorithm time differs from run to run (the two runs of a
-                # comparison would then differ in their times)
-                "compute.algo_time_s=0.001",
-                "compute.slowdown=[1.0,1.5,3.0]",  # heterogeneous workers ...
-                "compute.straggler_prob=0.25",  # ... and random stragglers
-                "compute.straggler_factor=4.0",
-                "network=ethernet1g",  # a model average takes about a step: overlap matters
-                "network.latency_s=0.002",
-                "tau=2",
-                "checkpoint.poll_steps=2",
-                *overrides,
-            ],
-        )
+    cfg = composed(
+        f"cluster={cluster}",
+        "scale=smoke",
+        "dataset=synthetic",
+        "dataset.num_train=288",  # 96 per worker: 6 steps per epoch
+        "dataset.num_test=64",
+        "model.width=4",
+        f"workers={WORKERS}",
+        "batch_size=16",
+        "epochs=3",
+        "wandb.mode=disabled",
+        "progress=false",
+        "timing=virtual",
+        "compute.step_time_s=0.01",
+        # pinned: a measured algorithm time differs from run to run (the two runs of a
+        # comparison would then differ in their times)
+        "compute.algo_time_s=0.001",
+        "compute.slowdown=[1.0,1.5,3.0]",  # heterogeneous workers ...
+        "compute.straggler_prob=0.25",  # ... and random stragglers
+        "compute.straggler_factor=4.0",
+        "network=ethernet1g",  # a model average takes about a step: overlap matters
+        "network.latency_s=0.002",
+        "tau=2",
+        "checkpoint.poll_steps=2",
+        *overrides,
+    )
     return OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
 
 

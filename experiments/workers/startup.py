@@ -148,8 +148,8 @@ def stops_held() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        for signum in dict.fromkeys(noted):  # once each, in the order they came
-            signal.raise_signal(signum)
+        for signum in dict.fromkeys(noted):  # in the order they came; a handler that
+            signal.raise_signal(signum)  # raises (run.py's do) ends it, as it would have
 
 
 def stop_server() -> None:
