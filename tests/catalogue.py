@@ -333,15 +333,15 @@ def assert_no_process_left(ctx: Ctx) -> None:
 # --- helpers for the table ------------------------------------------------------------------
 
 
-def wait_for(what: Callable[[], bool], ctx: Ctx, timeout: float = 300) -> None:
-    """Poll until `what()` (every 20 ms); fail when the case's process ended first."""
+def wait_for(what: Callable[[], bool], ctx: Ctx, timeout: float = 300, every: float = 0.02) -> None:
+    """Poll until `what()` (every `every` s); fail when the case's process ended first."""
     deadline = time.monotonic() + timeout
     while not what():
         assert ctx.proc is not None and ctx.proc.poll() is None, (
             f"{ctx.case.id}: the process ended before the moment to act"
         )
         assert time.monotonic() < deadline, f"{ctx.case.id}: the moment to act never came"
-        time.sleep(0.02)
+        time.sleep(every)
 
 
 def catches(pid: int, sig: int) -> bool:
@@ -395,6 +395,39 @@ def send(*signals: int, gap: float = 0.02) -> Callable[[Ctx], None]:
         for sig in signals:
             ctx.proc.send_signal(sig)
             time.sleep(gap)
+
+    return act
+
+
+def pending(pid: int, sig: int) -> bool:
+    """Whether `sig` waits to be taken by process `pid` (/proc: SigPnd, ShdPnd)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return False
+    bit = 1 << (sig - 1)
+    return any(
+        int(line.split()[1], 16) & bit for line in lines if line.startswith(("SigPnd:", "ShdPnd:"))
+    )
+
+
+def press(sig: int, times: int, settle: float = 0.02) -> Callable[[Ctx], None]:
+    """`sig` sent `times` times, each once the previous one was taken by the case's process and
+    then by its workers (what it forwards to them). The kernel keeps one pending signal of a
+    kind: a second sent before the first was taken is lost, as it was when two Ctrl-Cs 20 ms
+    apart met a process that had not had the CPU in between (int-twice-after-a-checkpoint, once
+    under load). `settle`: the process's handler forwarding it, after the kernel handed it over."""
+
+    def taken(pids: list[int], ctx: Ctx) -> None:
+        wait_for(lambda: not any(pending(pid, sig) for pid in pids), ctx, 60, every=0.001)
+
+    def act(ctx: Ctx) -> None:
+        for i in range(times):
+            if i:  # the previous one taken (after the last, the process may end at once)
+                taken([ctx.proc.pid], ctx)
+                time.sleep(settle)
+                taken(workers(ctx), ctx)
+            ctx.proc.send_signal(sig)
 
     return act
 

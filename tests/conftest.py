@@ -1,7 +1,7 @@
 """What the test modules share: the SLURM cluster, started once for the session
 (tests/slurm_cluster.py; defined here, once: a fixture imported into two test modules is two
 fixtures, and the second module's start stopped the first one's cluster), and under
-pytest-xdist (`make test`'s `-n 2 --dist loadgroup`) the SLURM tests kept in one xdist worker,
+pytest-xdist (`make test`'s `-n 3 --dist loadgroup`) the SLURM tests kept in one xdist worker,
 as they share that one started cluster (a second worker would start a second one on the same
 machine, which stops the first), and each xdist worker's share of the cores."""
 
@@ -20,10 +20,11 @@ SLURM_MODULES = ("tests/test_slurm.py::", "tests/test_slurm_cluster.py::")
 def pytest_configure(config: pytest.Config) -> None:
     """In an xdist worker: torch's CPU threads are the worker's share of the cores, as the
     suite gives each in-process worker its share (experiments/workers/sim.py). With torch's
-    default, one thread per core in each of `make test`'s two processes, the two processes'
+    default, one thread per core in each of `make test-quick`'s two processes, the two processes'
     threads took turns on two cores: `make test-quick` took 197 CPU-s and 103.5 s, against
     166 CPU-s and 87.8 s with this (back to back). A run sets its own threads
-    (`threads_per_worker`) and puts these back."""
+    (`threads_per_worker`) and puts these back. (More processes than cores, as `make test`'s
+    three on 2: one thread each.)"""
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1 and "PYTEST_XDIST_WORKER" in os.environ:
         import torch

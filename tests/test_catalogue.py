@@ -37,6 +37,7 @@ from tests.catalogue import (
     checkpointed,
     evaluated,
     importing,
+    press,
     run_case,
     send,
     snapshot,
@@ -1100,8 +1101,15 @@ add(
     ),
     S(
         "int-twice-after-a-checkpoint",
-        ("checkpoint_every=1",),
-        then(when(checkpointed), send(signal.SIGINT, signal.SIGINT)),
+        # epochs of 256 steps, a stop only at an evaluation (no poll between): the run neither
+        # ends nor stops at the first Ctrl-C's checkpoint before the second one is taken
+        (
+            "checkpoint_every=1",
+            "epochs=3",
+            "dataset.num_train=16384",
+            "checkpoint.poll_steps=100000",
+        ),
+        then(when(checkpointed), press(signal.SIGINT, 2)),
         130,
         r"^error: interrupted by Ctrl-C twice \(stopped at once\); the checkpoint of step \d+ "
         r"stays: rerun to resume from it$",

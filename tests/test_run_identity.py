@@ -160,6 +160,46 @@ def test_a_second_command_on_a_locked_directory_stops_with_one_line(tmp_path):
         pass
 
 
+def test_a_command_refused_before_the_holder_wrote_its_line_waits_for_it(tmp_path, monkeypatch):
+    """The holder writes `.lock.holder` just after taking the lock: a second command in between
+    found no file and said "another process" (a flake of races:two-identical-commands). It
+    waits for the holder's line; a line left by a killed run of this host does not count; a
+    released lock leaves no line; with none at all it says "another process"."""
+    import platform
+    import threading
+
+    from filelock import FileLock
+
+    from experiments.errors import UserError
+    from experiments.store import records
+
+    lock = FileLock(tmp_path / ".lock", timeout=0)
+    lock.acquire()
+    dead = os.fork()
+    if dead == 0:
+        os._exit(0)
+    os.waitpid(dead, 0)  # a pid of this host that is gone
+    holder = tmp_path / ".lock.holder"
+    try:
+        for before in (None, f"pid {dead} on {platform.node()}"):
+            if before is not None:
+                holder.write_text(before)
+            writer = threading.Timer(0.3, holder.write_text, (f"pid 4242 on {platform.node()}x",))
+            writer.start()
+            with pytest.raises(UserError, match=r"in use by pid 4242 on \S+x; wait"):
+                records.RunLock(tmp_path).acquire()
+            writer.join()
+            holder.unlink()
+        monkeypatch.setattr(records, "HOLDER_WAIT_S", 0.2)
+        with pytest.raises(UserError, match="in use by another process; wait"):
+            records.RunLock(tmp_path).acquire()
+    finally:
+        lock.release()
+    with records.RunLock(tmp_path):
+        assert holder.read_text().startswith(f"pid {os.getpid()} on ")
+    assert not holder.exists()
+
+
 @pytest.mark.e2e
 def test_a_launchers_world_size_must_be_the_configs(tmp_path):
     """issue 12 item 1 / issue 14 class 1: a 2-process torchrun of `workers=4` ran 2 workers

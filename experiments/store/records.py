@@ -28,6 +28,7 @@ never a traceback, and a finished run whose record is damaged is never recompute
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -369,6 +370,25 @@ def git_sha() -> str:
     return git_commit(Path(__file__).resolve().parent)
 
 
+HOLDER_WAIT_S = 2.0  # RunLock: how long a refused command waits for the holder's line
+
+
+def _dead_here(holder: str) -> bool:
+    """Whether `holder` ("pid N on HOST") names a process of this host that is gone."""
+    parts = holder.split()
+    if len(parts) != 4 or parts[0] != "pid" or parts[2] != "on" or not parts[1].isdigit():
+        return False
+    if parts[3] != platform.node():
+        return False
+    try:
+        os.kill(int(parts[1]), 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # alive, another user's
+        return False
+    return False
+
+
 class RunLock:
     """One process writes a run directory at a time: `filelock.FileLock` on `<run>/.lock`, held
     from the start of the run to its end. It is an flock, released by the kernel when the
@@ -392,12 +412,7 @@ class RunLock:
         try:
             lock.acquire()
         except Timeout:
-            try:  # who holds it, as that process wrote it (printable, one line, or unknown)
-                text = self.holder.read_bytes()[:200].decode("utf-8", errors="replace")
-                holder = " ".join("".join(c if c.isprintable() else "?" for c in text).split())
-            except OSError:
-                holder = ""
-            holder = holder or "another process"
+            holder = self._holder() or "another process"
             raise UserError(
                 f"run directory {self.path.parent} is in use by {holder}; wait for that run to "
                 "end, or choose another out_root"
@@ -405,8 +420,29 @@ class RunLock:
         self._lock = lock
         write_text_atomic(self.holder, f"pid {os.getpid()} on {platform.node()}")
 
+    def _holder(self) -> str:
+        """Who holds the lock, as that process wrote it (printable, one line; "" unknown). The
+        holder writes its file just after it took the lock, so a second command that comes in
+        between finds no file, or the file of a run on this host that was killed (never
+        removed): it waits up to HOLDER_WAIT_S for the holder's own line (seen in the suite: two
+        identical commands, the second refused with "another process")."""
+        deadline = time.monotonic() + HOLDER_WAIT_S
+        while True:
+            try:
+                text = self.holder.read_bytes()[:200].decode("utf-8", errors="replace")
+                holder = " ".join("".join(c if c.isprintable() else "?" for c in text).split())
+            except OSError:
+                holder = ""
+            if (holder and not _dead_here(holder)) or time.monotonic() >= deadline:
+                return holder
+            time.sleep(0.02)
+
     def release(self) -> None:
         if self._lock is not None:
+            # the holder's file goes first, while the lock is still held: a file there names
+            # the current holder, or one that was killed
+            with contextlib.suppress(OSError):
+                self.holder.unlink()
             self._lock.release()
             self._lock = None
 
