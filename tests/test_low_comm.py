@@ -5,7 +5,6 @@ slowest network), each on hand-made frames per verdict and once through a report
 from __future__ import annotations
 
 import itertools
-from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,7 +17,6 @@ from analysis.report import report_experiment
 from tests.fixtures import make_fixtures as fx
 from tests.workers import run_workers
 
-REPO = Path(__file__).resolve().parents[1]
 PEAK, SAME_PEAK = "streaming_diloco_less_peak_same_accuracy", "diloco_not_worse_than_local_sgd"
 SOONER = "overlapping_methods_reach_target_sooner_on_slow_network"
 MODEL = 700_000  # bytes of one model-sized average

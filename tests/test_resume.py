@@ -11,13 +11,11 @@ from pathlib import Path
 
 import pytest
 import torch.distributed as dist
-from omegaconf import OmegaConf
 
 import algorithms
-from tests.compose import composed
+from tests.compose import resolved
 from tests.workers import run_workers
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 STEPS_PER_EPOCH = 24  # digits, 2 workers, batch 32 (smoke scale)
 # Further cases beyond each algorithm's defaults: label -> (algorithm, overrides).
 EXTRA_CASES = {
@@ -31,7 +29,7 @@ EXTRA_CASES = {
 
 
 def config(*overrides: str) -> dict:
-    cfg = composed(
+    return resolved(
         "scale=smoke",
         "dataset=digits",
         "wandb.mode=disabled",
@@ -44,7 +42,6 @@ def config(*overrides: str) -> dict:
         "checkpoint.poll_steps=2",
         *overrides,
     )
-    return OmegaConf.to_container(cfg, resolve=True)
 
 
 def rows(run_dir: Path) -> list[dict]:

@@ -31,7 +31,6 @@ from experiments.errors import UserError, WorkerFailed
 from tests.compose import composed
 from tests.workers import run_workers
 
-CONF = Path(__file__).resolve().parents[1] / "conf"
 WORKERS = 3
 # Measured with the wall-clock even on the virtual clock: never the same twice.
 WALL_CLOCK_KEYS = ("time/eval_s",)
