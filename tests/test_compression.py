@@ -159,11 +159,7 @@ def test_runner_refuses_compression_for_gradient_methods(tmp_path):
 
     from experiments.errors import UserError
     from experiments.preflight import validate
-    from tests.compose import resolved
-    from tests.test_resume import CONF
-
-    def cfg(*overrides):
-        return resolved(*overrides, conf=CONF)
+    from tests.compose import resolved as cfg
 
     validate(cfg("algorithm=diloco", "tau=4", "comm.compression=int8"))
     with pytest.raises(UserError, match="^comm.compression=bf16 applies to the model averages"):
