@@ -998,8 +998,18 @@ def S(name: str, args: tuple, act, code: int, line: str, **kw) -> Case:
 
 
 def started(ctx: Ctx) -> bool:
-    """The record says running and the workers are being started (not training yet)."""
-    return bool(workers(ctx)) and not evaluated(ctx)
+    """The record says running and the workers are being started (not training yet).
+
+    The record first: a child of the forkserver is not yet a worker. While the server imports
+    torch, `cuda.pathfinder` calls `ctypes.util.find_library`, which starts `ldconfig -p`; until
+    it execs, that child has the server's command line and parent, as a worker does. A signal
+    sent then came while run.py still composed ("before the run started", exit 3):
+    `hup-while-workers-start` failed so once in a clean clone's `make test`."""
+    try:
+        running = summary_of(ctx).get("status") == "running"
+    except (ValueError, OSError):  # no summary yet: the run has not started
+        running = False
+    return running and bool(workers(ctx)) and not evaluated(ctx)
 
 
 STEP_CKPT = r"interrupted by {} at step \d+; checkpoint saved: rerun to resume$"
