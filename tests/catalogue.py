@@ -344,15 +344,21 @@ def wait_for(what: Callable[[], bool], ctx: Ctx, timeout: float = 300, every: fl
         time.sleep(every)
 
 
+def _in_masks(pid: int, sig: int, *masks: str) -> bool:
+    """Whether `sig` is set in any of the signal masks `masks` ("SigCgt", ...) of process `pid`
+    (/proc/<pid>/status; False when the process is gone)."""
+    try:
+        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    except OSError:
+        return False
+    bit = 1 << (sig - 1)
+    prefixes = tuple(f"{mask}:" for mask in masks)
+    return any(int(line.split()[1], 16) & bit for line in lines if line.startswith(prefixes))
+
+
 def catches(pid: int, sig: int) -> bool:
     """Whether process `pid` has a handler for `sig` (/proc: SigCgt)."""
-    try:
-        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("SigCgt:"):
-                return bool(int(line.split()[1], 16) & (1 << (sig - 1)))
-    except OSError:
-        pass
-    return False
+    return _in_masks(pid, sig, "SigCgt")
 
 
 def workers(ctx: Ctx) -> list[int]:
@@ -401,14 +407,7 @@ def send(*signals: int, gap: float = 0.02) -> Callable[[Ctx], None]:
 
 def pending(pid: int, sig: int) -> bool:
     """Whether `sig` waits to be taken by process `pid` (/proc: SigPnd, ShdPnd)."""
-    try:
-        lines = Path(f"/proc/{pid}/status").read_text().splitlines()
-    except OSError:
-        return False
-    bit = 1 << (sig - 1)
-    return any(
-        int(line.split()[1], 16) & bit for line in lines if line.startswith(("SigPnd:", "ShdPnd:"))
-    )
+    return _in_masks(pid, sig, "SigPnd", "ShdPnd")
 
 
 def press(sig: int, times: int, settle: float = 0.02) -> Callable[[Ctx], None]:
