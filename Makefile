@@ -44,7 +44,8 @@ SWEEP = $(PY) -m experiments.sweep --cluster $(strip $(CLUSTER)) $(SWEEP_ARGS) $
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-quick test-fast test-unit test-dist test-e2e test-slurm lint fmt \
-	demo smoke clean table1 table2 figures tune report bench bench-quick gpu-check docs
+	demo smoke clean table1 table2 figures tune report bench bench-quick gpu-check docs \
+	recompute verify
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -127,6 +128,16 @@ report: table1 table2 figures ## Every preset: tables, figures, LOSP, pseudo-syn
 	$(call SWEEP,losp)
 	$(call SWEEP,pseudo_sync)
 	$(call SWEEP,low_comm)
+
+# Every committed result rebuilt from its committed runs.jsonl.gz alone (no training) into
+# $(OUT)/recompute, then compared with results/: tables and claims byte for byte.
+recompute: $(STAMP) ## Rebuild every committed table and claims from its records (seconds), compare with results/
+	$(PY) -m analysis.recompute --out "$(OUT)/recompute"
+
+# A stated sample of committed points (analysis/verify.py SAMPLE) trained again and compared
+# with their records: identical on the same platform, within the seeds' spread on another.
+verify: $(STAMP) ## Rerun a sample of committed points and compare with their records (<= 10 min)
+	$(PY) -m analysis.verify
 
 bench: $(STAMP) ## Performance benchmarks as ratios side by side (1-2 h on 2 cores): benchmarks/RESULTS.md
 	$(PY) -m benchmarks

@@ -69,6 +69,7 @@ from analysis.load import (
     one_line_warnings,
     read_config,
 )
+from analysis.records import RECORDS, materialized, run_names, write_records
 from analysis.tables import (
     DEFAULT_ROWS,
     FINISHED,
@@ -85,6 +86,7 @@ from analysis.tables import (
     write_table,
 )
 from experiments.errors import UserError
+from experiments.store.fingerprint import describe
 
 FIGURE_NAME = "test_acc"
 TIME_FIGURE_NAME = "time"
@@ -124,6 +126,11 @@ def report(
     """
     if isinstance(roots, (str, os.PathLike)):
         roots = [roots]
+    with materialized(roots) as dirs:
+        return _report(dirs, out_dir, name)
+
+
+def _report(roots: Sequence[Path], out_dir: str | os.PathLike, name: str) -> dict[str, Any]:
     frame = load_runs(*roots, statuses=DEFAULT_STATUSES)
     if frame.empty:
         found = sum(len(find_runs(root)) for root in roots)
@@ -140,12 +147,14 @@ def report(
     table.attrs["note"] = split.note()
     table_md, table_csv = write_table(table, out_dir, name)
     figures = draw_figures(frame, out_dir, tuple(FIGURES), rows=split.rows)
+    records, _ = write_records(list(summaries["run_dir"]), roots, out_dir)
     return {
         "table": table,
         "markdown": to_markdown(table),
         "table_md": table_md,
         "table_csv": table_csv,
         **figures,
+        "records": records,
         "num_runs": len(summaries),
     }
 
@@ -241,7 +250,43 @@ def report_experiment(
     `scale`, `num_runs` (completed + diverged) and `num_unresolved` (grid points without one).
     """
     roots = [roots] if isinstance(roots, (str, os.PathLike)) else list(roots)
-    where = ", ".join(str(r) for r in roots)
+    shown = ", ".join(public_path(os.path.abspath(r), out_root) for r in roots)
+    with materialized(roots) as dirs:
+        return _report_experiment(
+            dirs,
+            out_dir,
+            experiment,
+            scale,
+            where=", ".join(str(r) for r in roots),
+            shown_roots=shown,
+            name=name,
+            grid=grid,
+            report_node=report_node,
+            conf_dir=conf_dir,
+            command=command,
+            overrides=overrides,
+            out_root=out_root,
+            require_clean=require_clean,
+        )
+
+
+def _report_experiment(
+    roots: list[Path],
+    out_dir: str | os.PathLike,
+    experiment: str,
+    scale: str | None,
+    *,
+    where: str,
+    shown_roots: str,
+    name: str,
+    grid: Mapping[str, Any] | Sequence[Mapping[str, Any]] | None,
+    report_node: Mapping[str, Any] | None,
+    conf_dir: str | os.PathLike,
+    command: str | None,
+    overrides: Sequence[str],
+    out_root: str | os.PathLike | None,
+    require_clean: bool,
+) -> dict[str, Any]:
     everything = load_summaries(*roots, statuses=None)
     if everything.empty:
         raise UserError(f"no runs (directories with summary.json) under {where}")
@@ -320,6 +365,8 @@ def report_experiment(
     claims = check_claims(_with_metric_columns(finished, frame, target), node)
     result["claims"] = claims
     result["claims_md"] = write_claims(claims, out_dir, title)
+    # The runs themselves, so that the table and claims recompute without them (records.py).
+    result["records"], records = write_records(list(runs["run_dir"]), roots, out_dir, out_root)
     num_unresolved = int(table[["failed", "running", "missing"]].to_numpy().sum())
     result["provenance"] = write_provenance(
         out_dir,
@@ -327,7 +374,7 @@ def report_experiment(
         {
             "experiment": experiment,
             "scale": scale or "(not recorded)",
-            "runs root": ", ".join(public_path(os.path.abspath(r), out_root) for r in roots),
+            "runs root": shown_roots,
             "runs": _run_counts(runs),
             "torch": _run_values(finished, "summary.torch_version"),
             "device": _run_values(finished, "summary.device"),
@@ -335,6 +382,8 @@ def report_experiment(
             if points
             else "none checked",
             "run commits": _run_commits(finished),
+            "platform": _platforms(records, set(finished["run_dir"]), roots),
+            "records": f"{RECORDS} ({len(records)} runs: config, overrides, summary, metrics)",
         },
     )
     result.update(
@@ -569,6 +618,18 @@ def _check_clean(runs: Any) -> None:
             f"{len(dirty)} of the {len(runs)} runs made from a modified checkout "
             f"({sorted(set(dirty))[0]}): rerun them from a commit (rerun=true) before publishing"
         )
+
+
+def _platforms(records: Sequence[Mapping[str, Any]], finished: set, roots: Sequence[Path]) -> str:
+    """ "[key] CPU; ATen ...; ... (30 runs)": each platform fingerprint of the finished runs
+    (experiments/store/fingerprint.py), with its count."""
+    names = set(run_names(sorted(finished), roots))
+    counts: dict[str, int] = {}
+    for record in records:
+        if record["run"] in names:
+            line = describe(record["summary"].get("platform"))
+            counts[line] = counts.get(line, 0) + 1
+    return "; ".join(f"{line} ({k} runs)" for line, k in sorted(counts.items())) or "none"
 
 
 def _run_commits(runs: Any) -> str:

@@ -49,6 +49,7 @@ from experiments.errors import (
 )
 from experiments.store import checkpoint as ckpt
 from experiments.store.checkpoint import Stopper
+from experiments.store.fingerprint import platform_fingerprint
 from experiments.store.records import (
     CONFIG,
     DATA_CARD,
@@ -663,6 +664,9 @@ def train_worker(
         else:
             result["finished_at"] = _now()
             result["device"] = _device_label(device)  # provenance.txt names it per report
+            # What decides the run's digits (CPU, kernels' ISA, libraries, threads): a reader
+            # with other digits tells a platform difference from a defect (fingerprint.py).
+            result["platform"] = platform_fingerprint(device)
             update_summary(run_dir, final=True, **result)  # completed/diverged: written last
             ckpt.remove(run_dir)
     return result["status"]

@@ -1,0 +1,201 @@
+"""Every committed result rebuilt from its committed records alone, and compared (issue 33).
+
+    python -m analysis.recompute [--results results] [--out outputs/recompute] [RESULT_DIR ...]
+    make recompute                                     (the same, OUT=outputs)
+
+For each result folder (`results/<preset>/<scale>/`, or the RESULT_DIRs named) it reads the
+report command from `provenance.txt`, runs that report on the folder's `runs.jsonl.gz` instead of
+the runs directory it names (no training: seconds), into `<out>/<preset>/<scale>/`, and compares:
+
+- tables and claims (`*.md`, `*.csv`, `*.tex`) and the records: byte for byte;
+- the figures by their data: each committed figure is drawn again, from the same records, which
+  are byte-identical (the pixels depend on matplotlib's version, the data do not);
+- `provenance.txt` line by line, except the lines that name this recomputation (its command, the
+  date, the commit of the checkout, where the runs were read from).
+
+One line per result; exit 0 when every result recomputes, 1 when one does not (each differing
+file named, with its first differing line), 2 for bad input (one `error:` line). A result whose
+report command is not `analysis.report` or that has no records cannot be recomputed: that is a
+difference (exit 1), never skipped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import difflib
+import io
+import shlex
+import shutil
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from analysis.records import RECORDS
+from experiments.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+# Provenance lines that name this recomputation rather than the result.
+OWN_LINES = ("command", "date", "git commit", "runs root")
+FIGURE_SUFFIXES = (".png", ".pdf")
+# The report's options that say where the runs came from or what may be written: not the
+# result's content. Value-taking ones drop their value too.
+DROPPED_FLAGS = {"--require-clean": False, "--out-root": True, "--out": True}
+
+
+def result_dirs(results: Path) -> list[Path]:
+    """The result folders under `results`: those holding a `provenance.txt`, sorted."""
+    return sorted(p.parent for p in results.glob("*/*/provenance.txt"))
+
+
+def report_args(result: Path, out: Path) -> list[str]:
+    """The committed report's arguments (from its provenance), with the records file as its runs
+    and `out` as its output folder."""
+    provenance = result / "provenance.txt"
+    command = next(
+        (
+            line[len("command: ") :]
+            for line in provenance.read_text().splitlines()
+            if line.startswith("command: ")
+        ),
+        None,
+    )
+    if command is None:
+        raise UserError(f"{provenance}: no command line")
+    words = shlex.split(command)
+    if words[:3] != ["python", "-m", "analysis.report"]:
+        raise UserError(f"{provenance}: made by `{command}`, not by analysis.report")
+    args: list[str] = []
+    words = words[3:]
+    i = 0
+    while i < len(words):
+        word = words[i]
+        flag = word.split("=", 1)[0]
+        if flag in DROPPED_FLAGS:
+            takes_value = DROPPED_FLAGS[flag] and "=" not in word
+            i += 2 if takes_value else 1
+            continue
+        if word.startswith("--"):
+            args.append(word)
+            # --experiment NAME, --scale S, --name N, --set K=V, --conf DIR take a value
+            if "=" not in word and i + 1 < len(words) and not words[i + 1].startswith("--"):
+                args.append(words[i + 1])
+                i += 1
+        i += 1  # a positional word is a runs root: the records replace it
+    records = result / RECORDS
+    if not records.is_file():
+        raise UserError(f"{result}: no {RECORDS} (the result's runs were not committed)")
+    return [*args, str(records), "--out", str(out)]
+
+
+def _first_difference(committed: Path, recomputed: Path) -> str:
+    try:
+        a = committed.read_text().splitlines()
+        b = recomputed.read_text().splitlines()
+    except UnicodeDecodeError:
+        return "binary content differs"
+    for line in difflib.unified_diff(a, b, lineterm="", n=0):
+        if line.startswith(("-", "+")) and not line.startswith(("---", "+++")):
+            return line[:160]
+    return "whitespace or line ends differ"
+
+
+def _provenance_lines(path: Path) -> dict[str, str]:
+    lines = {}
+    for line in path.read_text().splitlines():
+        key, _, value = line.partition(": ")
+        if key not in OWN_LINES:
+            lines[key] = value
+    return lines
+
+
+def compare(result: Path, out: Path) -> list[str]:
+    """The differences between the committed `result` and its recomputation in `out`: one line
+    each; none when it recomputes."""
+    problems = []
+    for committed in sorted(p for p in result.iterdir() if p.is_file()):
+        again = out / committed.name
+        if not again.is_file():
+            problems.append(f"{committed.name}: not produced by the recomputation")
+        elif committed.name == "provenance.txt":
+            old, new = _provenance_lines(committed), _provenance_lines(again)
+            for key in sorted(set(old) | set(new)):
+                if old.get(key) != new.get(key):
+                    problems.append(
+                        f"provenance.txt: {key}: {old.get(key)!r} recomputed as {new.get(key)!r}"
+                    )
+        elif committed.suffix in FIGURE_SUFFIXES:
+            continue  # drawn again from byte-identical records (checked with the records file)
+        elif committed.read_bytes() != again.read_bytes():
+            problems.append(f"{committed.name}: {_first_difference(committed, again)}")
+    for made in sorted(p for p in out.iterdir() if p.is_file()):
+        if not (result / made.name).is_file():
+            problems.append(f"{made.name}: recomputed but not committed")
+    return problems
+
+
+def recompute(result: Path, out: Path) -> list[str]:
+    """Rebuild `result` into `out` from its records; the differences (`compare`)."""
+    from analysis.report import main as report_main
+
+    args = report_args(result, out)
+    stdout, stderr = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        code = report_main(args)
+    if code != 0:
+        said = stderr.getvalue().strip().splitlines()
+        return [f"the report failed: {said[-1] if said else f'exit {code}'}"]
+    return compare(result, out)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.recompute",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("dirs", nargs="*", type=Path, metavar="RESULT_DIR")
+    parser.add_argument("--results", type=Path, default=REPO / "results", metavar="DIR")
+    parser.add_argument("--out", type=Path, default=Path("outputs/recompute"), metavar="DIR")
+    args = parser.parse_args(argv)
+    try:
+        dirs = list(args.dirs) or result_dirs(args.results)
+        if not dirs:
+            raise UserError(f"no result folders (with provenance.txt) under {args.results}")
+        for d in dirs:
+            if not (d / "provenance.txt").is_file():
+                raise UserError(f"{d}: not a result folder (no provenance.txt)")
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    failed = []
+    for result in dirs:
+        name = f"{result.parent.name}/{result.name}"
+        out = args.out / result.parent.name / result.name
+        if out.exists():
+            shutil.rmtree(out)
+        try:
+            problems = recompute(result, out)
+        except UserError as error:
+            problems = [str(error)]
+        if problems:
+            failed.append(name)
+            print(f"{name}: DIFFERS")
+            for problem in problems:
+                print(f"  - {problem}")
+        else:
+            files = sorted(p.name for p in result.iterdir() if p.is_file())
+            figures = sum(Path(f).suffix in FIGURE_SUFFIXES for f in files)
+            print(
+                f"{name}: identical ({len(files) - figures - 1} files byte for byte, "
+                f"{figures} figures redrawn from identical records, provenance consistent)"
+            )
+    if failed:
+        print(f"{len(failed)} of {len(dirs)} results do not recompute: {', '.join(failed)}")
+        return 1
+    print(f"all {len(dirs)} results recompute from their records (into {args.out})")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,325 @@
+"""Rerun a sample of the committed points and compare them with their records (issue 33).
+
+    python -m analysis.verify [RESULT_DIR ...] [--points sample|all] [--out DIR]
+    make verify                                  (every result's sample, <= 10 min on 2 cores)
+
+Each point is one committed run (a line of the result's `runs.jsonl.gz`); it is trained again with
+`python run.py` from the overrides that made it (its `out_root` replaced by a scratch folder, W&B
+off), and its new record is compared with the committed one:
+
+- **the same run**: the rerun's identity digest must equal the record's. Another digest means
+  the checkout composes another configuration for those overrides (conf/ or the code changed
+  since the result was made): the point is not that run any more, which is a difference;
+- **what no platform changes**: status, steps, bytes communicated: equal;
+- **identical** where the platform fingerprint (experiments/store/fingerprint.py) equals the
+  record's: every evaluation's test accuracy, test loss and training loss, bit for bit. One
+  platform, one configuration: one trajectory; anything else is a defect;
+- **within tolerance** where the fingerprint differs: the final test accuracy within
+  TOLERANCE_SDS x the seed-to-seed standard deviation of the point's row (the committed runs
+  that differ from it only in the seed), and never closer than MIN_TOLERANCE (a few test
+  images). Why so wide: another CPU (or ISA cap, or MKL/oneDNN version) rounds differently in
+  its kernels' sums; after hundreds of SGD steps that first-bit difference has grown into a
+  trajectory as different as another seed's, so the committed spread across seeds is the
+  yardstick. Bit-identity across CPU classes was measured not to be had at an acceptable cost
+  (docs/reproducing.md);
+- **every verdict unchanged**: the result's claims are recomputed with the reruns in place of
+  their records, and each verdict (holds / does not hold / cannot tell) must be the committed one.
+
+What a different platform may change: the digits of every accuracy and loss (kernels' rounding:
+ATen's vector ISA, oneDNN's convolutions, MKL's GEMM), and times to a target on the virtual clock
+(it books the measured time of each algorithm's own step); never the identity, the steps, the
+bytes, or a verdict.
+
+One line per point and per result; exit 0 when everything reproduces, 1 with the differing
+points named, 2 for bad input (one `error:` line).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import io
+import json
+import os
+import re
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+from analysis.recompute import REPO, report_args, result_dirs
+from analysis.records import RECORDS, dumps, read_records
+from experiments.config.identity import identity_config
+from experiments.errors import UserError
+from experiments.store.fingerprint import describe
+
+TOLERANCE_SDS = 3.0
+MIN_TOLERANCE = 0.01
+# The stated sample: for each preset, the points `make verify` reruns, as config values a record
+# must match (dotted keys). One seed of every algorithm of the demo; a few points of the others,
+# chosen across their algorithms and settings. About 6 minutes on 2 cores.
+SAMPLE: dict[str, list[dict[str, Any]]] = {
+    "demo": [{"seed": 0}],
+    "table1": [
+        {"algorithm.name": "local_sgd", "tau": 2, "seed": 0},
+        {"algorithm.name": "overlap_local_sgd", "tau": 4, "seed": 1},
+    ],
+    "table2": [{"algorithm.name": "cocod_sgd", "tau": 2, "seed": 0}],
+    "fig4": [{"algorithm.name": "powersgd", "seed": 0}],
+    "fig5": [{"algorithm.name": "overlap_local_sgd", "seed": 0}],
+    "low_comm": [{"algorithm.name": "diloco", "seed": 0}],
+}
+# Overrides that say where or how a run is watched, not what it computes: replaced for a rerun.
+SCRATCH_KEYS = ("out_root", "wandb", "progress", "rerun", "hydra")
+EXACT = ("test/acc", "test/loss", "train/loss")
+CLAIM_LINE = re.compile(r"- \*\*(?P<verdict>[a-z ]+)\*\*: .*\(`(?P<name>[^`]+)`\)")
+
+
+def _get(config: Mapping[str, Any], dotted: str) -> Any:
+    node: Any = config
+    for part in dotted.split("."):
+        if not isinstance(node, Mapping) or part not in node:
+            return None
+        node = node[part]
+    return node
+
+
+def select(
+    records: Sequence[dict[str, Any]], preset: str, everything: bool, runs: Sequence[str] = ()
+) -> list[dict]:
+    """The records of the points to rerun: those named in `runs`, else all, else those matching
+    the preset's SAMPLE."""
+    finished = [r for r in records if r["summary"].get("status") in ("completed", "diverged")]
+    if runs:
+        return [r for r in finished if r["run"] in runs]
+    if everything:
+        return finished
+    wanted = SAMPLE.get(preset, [])
+    return [r for r in finished if any(_matches(r["config"], w) for w in wanted)]
+
+
+def _matches(config: Mapping[str, Any], wanted: Mapping[str, Any]) -> bool:
+    return all(_get(config, k) == v for k, v in wanted.items())
+
+
+def row_key(config: Mapping[str, Any]) -> str:
+    """The configuration of a run without its seed: the runs of one table row share it."""
+    ident = identity_config(config)
+    ident.pop("seed", None)
+    return json.dumps(ident, sort_keys=True, default=str)
+
+
+def tolerance(record: dict, records: Sequence[dict]) -> tuple[float, str]:
+    """The final accuracy's tolerance across platforms for `record`, and how it was derived."""
+    key = row_key(record["config"])
+    accs = [
+        float(r["summary"]["final/test_acc"])
+        for r in records
+        if row_key(r["config"]) == key and r["summary"].get("final/test_acc") is not None
+    ]
+    if len(accs) < 2:
+        return MIN_TOLERANCE, f"{MIN_TOLERANCE} (the row has {len(accs)} seed: no spread)"
+    sd = statistics.stdev(accs)
+    tol = max(TOLERANCE_SDS * sd, MIN_TOLERANCE)
+    how = f"{TOLERANCE_SDS:g} x the row's seed sd {sd:.4f} (n = {len(accs)})"
+    if tol == MIN_TOLERANCE:
+        how += f", floor {MIN_TOLERANCE}"
+    return tol, how
+
+
+def rerun_overrides(record: dict, out_root: Path) -> list[str]:
+    """The overrides that made the run, with its outputs sent to `out_root` and W&B off."""
+    kept = [
+        o
+        for o in record.get("overrides") or []
+        if o.lstrip("+~").split("=", 1)[0].split(".", 1)[0] not in SCRATCH_KEYS
+    ]
+    return [*kept, f"out_root={out_root}", "wandb.mode=disabled", "progress=false"]
+
+
+def rerun(record: dict, out_root: Path) -> dict[str, Any]:
+    """Train the point again; its new record (as `records.run_record` reads it)."""
+    from analysis.load import find_runs
+    from analysis.records import run_record
+
+    overrides = rerun_overrides(record, out_root)
+    done = subprocess.run(
+        [sys.executable, str(REPO / "run.py"), *overrides],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
+    if done.returncode != 0:
+        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
+        raise UserError(f"the rerun failed (exit {done.returncode}): {said}")
+    ident = record["summary"].get("identity")
+    for run_dir in find_runs(out_root):
+        new = run_record(run_dir, record["run"], out_root)
+        if new["summary"].get("identity") == ident:
+            return new
+    found = [
+        json.loads((d / "summary.json").read_text()).get("identity") for d in find_runs(out_root)
+    ]
+    raise UserError(
+        f"the rerun is another run (identity {', '.join(map(str, found)) or 'none'}, the record's "
+        f"{ident}): conf/ or the code composes another configuration for its overrides now"
+    )
+
+
+def compare_point(record: dict, new: dict, records: Sequence[dict]) -> tuple[bool, str]:
+    """(reproduces, one line) for a point and its rerun."""
+    old_s, new_s = record["summary"], new["summary"]
+    for key in ("status", "steps", "comm/bytes"):
+        if old_s.get(key) != new_s.get(key):
+            return False, f"{key} {new_s.get(key)!r}, committed {old_s.get(key)!r}"
+    old_p, new_p = old_s.get("platform") or {}, new_s.get("platform") or {}
+    acc_old, acc_new = old_s.get("final/test_acc"), new_s.get("final/test_acc")
+    if old_p.get("key") and old_p.get("key") == new_p.get("key"):
+        for name in EXACT:
+            a = [m.get(name) for m in record["metrics"]]
+            b = [m.get(name) for m in new["metrics"]]
+            if a != b:
+                first = (
+                    next(i for i, (x, y) in enumerate(zip(a, b, strict=False)) if x != y)
+                    if len(a) == len(b)
+                    else 0
+                )
+                return False, (
+                    f"not identical on the record's own platform [{old_p['key']}]: {name} at "
+                    f"evaluation {first + 1}: {b[first] if b else None!r}, committed "
+                    f"{a[first] if a else None!r}"
+                )
+        return (
+            True,
+            f"identical (final acc {acc_new:.4f}; platform [{new_p['key']}] = the record's)",
+        )
+    tol, how = tolerance(record, records)
+    diff = abs(float(acc_new) - float(acc_old))
+    where = f"platform [{new_p.get('key')}], the record's [{old_p.get('key') or 'not recorded'}]"
+    line = (
+        f"final acc {acc_new:.4f}, committed {acc_old:.4f}: |diff| {diff:.4f} "
+        f"{'<=' if diff <= tol else '>'} {tol:.4f} = {how}; {where}"
+    )
+    return diff <= tol, ("within tolerance: " if diff <= tol else "") + line
+
+
+def verdicts(records: Sequence[dict], result: Path, work: Path, tag: str) -> dict[str, str]:
+    """Claim name -> verdict of the result's report made from `records`."""
+    from analysis.report import main as report_main
+
+    bundle = work / f"{tag}-{RECORDS}"
+    bundle.write_bytes(dumps(list(records)))
+    out = work / f"{tag}-report"
+    args = report_args(result, out)
+    args[args.index(str(result / RECORDS))] = str(bundle)
+    err = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
+        code = report_main(args)
+    if code != 0:
+        raise UserError(f"the report of the reruns failed: {err.getvalue().strip()[-200:]}")
+    found = {}
+    for line in (out / "claims.md").read_text().splitlines():
+        # claims.md (analysis.claims.claims_markdown): "- **<verdict>**: <text> (`<name>`). ..."
+        match = CLAIM_LINE.match(line)
+        if match:
+            found[match["name"]] = match["verdict"]
+    return found
+
+
+def verify_result(
+    result: Path, everything: bool, work: Path, runs: Sequence[str] = ()
+) -> list[str]:
+    """Rerun `result`'s points (`select`); the names of those that did not reproduce."""
+    name = f"{result.parent.name}/{result.name}"
+    records = read_records(result / RECORDS)
+    points = select(records, result.parent.name, everything, runs)
+    if not points:
+        print(f"{name}: no point in the sample (SAMPLE in analysis/verify.py)")
+        return []
+    failed: list[str] = []
+    reruns: dict[str, dict] = {}
+    for record in points:
+        started = time.monotonic()
+        scratch = work / name.replace("/", "-") / record["run"].replace("/", "-")
+        try:
+            new = rerun(record, scratch)
+        except UserError as error:
+            failed.append(f"{name} {record['run']}")
+            print(f"{name} {record['run']}: DIFFERS: {error}", flush=True)
+            continue
+        reruns[record["run"]] = new
+        ok, line = compare_point(record, new, records)
+        took = time.monotonic() - started
+        if not ok:
+            failed.append(f"{name} {record['run']}")
+            line = f"DIFFERS: {line}"
+        print(f"{name} {record['run']}: {line} ({took:.0f} s)", flush=True)
+    if reruns:
+        before = verdicts(records, result, work, "committed")
+        after = verdicts([reruns.get(r["run"], r) for r in records], result, work, "reruns")
+        changed = [
+            f"{c}: {before[c]} -> {after.get(c)}" for c in before if after.get(c) != before[c]
+        ]
+        if changed:
+            failed.append(f"{name} claims")
+            print(f"{name}: DIFFERS: verdicts changed with the reruns: {'; '.join(changed)}")
+        else:
+            print(f"{name}: {len(before)} claim verdicts unchanged with the reruns in place")
+    return failed
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.verify",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument("dirs", nargs="*", type=Path, metavar="RESULT_DIR")
+    parser.add_argument("--results", type=Path, default=REPO / "results", metavar="DIR")
+    parser.add_argument("--points", choices=("sample", "all"), default="sample")
+    parser.add_argument(
+        "--run",
+        action="append",
+        default=[],
+        metavar="NAME",
+        help="rerun only this committed run (its name in runs.jsonl.gz; repeatable)",
+    )
+    parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="scratch folder")
+    args = parser.parse_args(argv)
+    try:
+        dirs = list(args.dirs) or result_dirs(args.results)
+        if not dirs:
+            raise UserError(f"no result folders (with provenance.txt) under {args.results}")
+        for d in dirs:
+            if not (d / RECORDS).is_file():
+                raise UserError(f"{d}: no {RECORDS}: nothing to verify against")
+            names = {r["run"] for r in read_records(d / RECORDS)}
+            unknown = [r for r in args.run if len(dirs) == 1 and r not in names]
+            if unknown:
+                raise UserError(f"{d}: no committed run {unknown[0]} in its {RECORDS}")
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    from experiments.store.fingerprint import platform_fingerprint
+
+    print(f"this platform: {describe(platform_fingerprint())}", flush=True)
+    failed: list[str] = []
+    if args.out is not None:
+        args.out.mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="verify-", dir=args.out) as work:
+        for result in dirs:
+            failed += verify_result(result, args.points == "all", Path(work), args.run)
+    if failed:
+        print(f"{len(failed)} point(s) do not reproduce: {', '.join(failed)}")
+        return 1
+    print(f"every verified point reproduces ({len(dirs)} results)")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
