@@ -136,32 +136,50 @@ def compare(result: Path, out: Path) -> list[str]:
 
 def recompute(result: Path, out: Path) -> list[str]:
     """Rebuild `result` into `out` from its records; the differences (`compare`)."""
+    failure = quiet_report(report_args(result, out))
+    return [failure] if failure else compare(result, out)
+
+
+def quiet_report(args: Sequence[str]) -> str | None:
+    """Run `python -m analysis.report ARGS` in this process, its output kept; None when it
+    succeeds, else its last line of error."""
     from analysis.report import main as report_main
 
-    args = report_args(result, out)
-    stdout, stderr = io.StringIO(), io.StringIO()
-    with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-        code = report_main(args)
-    if code != 0:
-        said = stderr.getvalue().strip().splitlines()
-        return [f"the report failed: {said[-1] if said else f'exit {code}'}"]
-    return compare(result, out)
+    stderr = io.StringIO()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(stderr):
+        code = report_main(list(args))
+    if code == 0:
+        return None
+    said = stderr.getvalue().strip().splitlines()
+    return f"the report failed: {said[-1] if said else f'exit {code}'}"
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def results_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
+    """The arguments of the commands over committed results: RESULT_DIRs, or every result under
+    --results."""
     parser = argparse.ArgumentParser(
-        prog="python -m analysis.recompute",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
+        prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("dirs", nargs="*", type=Path, metavar="RESULT_DIR")
     parser.add_argument("--results", type=Path, default=REPO / "results", metavar="DIR")
+    return parser
+
+
+def chosen_results(args: argparse.Namespace) -> list[Path]:
+    """The RESULT_DIRs named, else every result folder under --results; a UserError when there
+    is none."""
+    dirs = list(args.dirs) or result_dirs(args.results)
+    if not dirs:
+        raise UserError(f"no result folders (with provenance.txt) under {args.results}")
+    return dirs
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = results_parser("python -m analysis.recompute", __doc__)
     parser.add_argument("--out", type=Path, default=Path("outputs/recompute"), metavar="DIR")
     args = parser.parse_args(argv)
     try:
-        dirs = list(args.dirs) or result_dirs(args.results)
-        if not dirs:
-            raise UserError(f"no result folders (with provenance.txt) under {args.results}")
+        dirs = chosen_results(args)
         for d in dirs:
             if not (d / "provenance.txt").is_file():
                 raise UserError(f"{d}: not a result folder (no provenance.txt)")

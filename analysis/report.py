@@ -23,12 +23,15 @@ the preset's sweep grid without a completed or diverged run is listed under the 
 differ in a key `report.rows` does not name (a hand run with other epochs among the preset's) are
 not pooled either: the key is added as a row column, with one `warning:` line on stderr and a
 footnote naming it (adding, not refusing: the report still shows every result, apart). It writes
-`<NAME>.md`, `.tex`, `.csv` (and `scaling.*` for `report.kind: scaling`), the figures named in
+`<NAME>.md`, `.tex`, `.csv` (and `scaling.*` for `report.kind: scaling`), `runs.jsonl.gz` (the
+records of its runs, from which `make recompute` rebuilds the rest: analysis/records.py), the
+figures named in
 `report.figures` (accuracy, time, breakdown), `claims.md` (the checks named in `report.claims`,
 each with n, a confidence interval and its test: `analysis.claims`) and `provenance.txt`
 (the command, paths relative to the checkout or `$OUT`; the git commit, the date, torch's
-version and the device of the runs, their commits), then prints the table, the claims and the
-paths. Each row says how many of its runs converged (`analysis.convergence`); a column equal in
+version and the device of the runs, their commits, their platform fingerprints), then prints the
+table, the claims and the paths. A RUNS_ROOT may be a result's `runs.jsonl.gz` instead of a
+runs directory: the report is then made from the committed records. Each row says how many of its runs converged (`analysis.convergence`); a column equal in
 every row is left out with one line saying why (`analysis.tables.informative_cells`).
 
 A damaged run record (summary, config or metrics that cannot be read) is left out with one
@@ -715,7 +718,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                 print(f"  - {detail}")
     print()
     paths = ["table_md", "table_tex", "table_csv", "scaling_md", "scaling_tex", "scaling_csv"]
-    paths += [*FIGURE_KEYS, "claims_md", "provenance"]
+    paths += [*FIGURE_KEYS, "claims_md", "records", "provenance"]
     for key in paths:
         if result[key] is not None:
             print(result[key])

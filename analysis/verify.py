@@ -36,9 +36,6 @@ points named, 2 for bad input (one `error:` line).
 
 from __future__ import annotations
 
-import argparse
-import contextlib
-import io
 import json
 import os
 import re
@@ -51,7 +48,7 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.recompute import REPO, report_args, result_dirs
+from analysis.recompute import REPO, chosen_results, quiet_report, report_args, results_parser
 from analysis.records import RECORDS, dumps, read_records
 from experiments.config.identity import identity_config
 from experiments.errors import UserError
@@ -210,18 +207,14 @@ def compare_point(record: dict, new: dict, records: Sequence[dict]) -> tuple[boo
 
 def verdicts(records: Sequence[dict], result: Path, work: Path, tag: str) -> dict[str, str]:
     """Claim name -> verdict of the result's report made from `records`."""
-    from analysis.report import main as report_main
-
     bundle = work / f"{tag}-{RECORDS}"
     bundle.write_bytes(dumps(list(records)))
     out = work / f"{tag}-report"
     args = report_args(result, out)
     args[args.index(str(result / RECORDS))] = str(bundle)
-    err = io.StringIO()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(err):
-        code = report_main(args)
-    if code != 0:
-        raise UserError(f"the report of the reruns failed: {err.getvalue().strip()[-200:]}")
+    failure = quiet_report(args)
+    if failure:
+        raise UserError(f"{tag}: {failure}")
     found = {}
     for line in (out / "claims.md").read_text().splitlines():
         # claims.md (analysis.claims.claims_markdown): "- **<verdict>**: <text> (`<name>`). ..."
@@ -274,13 +267,7 @@ def verify_result(
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(
-        prog="python -m analysis.verify",
-        description=__doc__,
-        formatter_class=argparse.RawDescriptionHelpFormatter,
-    )
-    parser.add_argument("dirs", nargs="*", type=Path, metavar="RESULT_DIR")
-    parser.add_argument("--results", type=Path, default=REPO / "results", metavar="DIR")
+    parser = results_parser("python -m analysis.verify", __doc__)
     parser.add_argument("--points", choices=("sample", "all"), default="sample")
     parser.add_argument(
         "--run",
@@ -292,9 +279,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="scratch folder")
     args = parser.parse_args(argv)
     try:
-        dirs = list(args.dirs) or result_dirs(args.results)
-        if not dirs:
-            raise UserError(f"no result folders (with provenance.txt) under {args.results}")
+        dirs = chosen_results(args)
         for d in dirs:
             if not (d / RECORDS).is_file():
                 raise UserError(f"{d}: no {RECORDS}: nothing to verify against")

@@ -98,12 +98,14 @@ def test_every_committed_result_has_its_records_and_a_platform() -> None:
             assert record["summary"]["platform"]["key"], (result, record["run"])
 
 
+@pytest.mark.slow  # seconds a report: out of `make test-quick`
 def test_every_committed_result_recomputes_from_its_records(tmp_path: Path, capsys) -> None:
     assert recompute.main(["--results", str(RESULTS), "--out", str(tmp_path)]) == 0
     out = capsys.readouterr().out
     assert out.count(": identical (") == len(recompute.result_dirs(RESULTS))
 
 
+@pytest.mark.slow  # seconds a report: out of `make test-quick`
 def test_recompute_names_what_an_altered_record_changes(tmp_path: Path, capsys) -> None:
     result = tmp_path / "results" / "demo" / "cpu"
     shutil.copytree(RESULTS / "demo" / "cpu", result)
@@ -120,6 +122,7 @@ def test_recompute_names_what_an_altered_record_changes(tmp_path: Path, capsys) 
     assert "1 of 1 results do not recompute: demo/cpu" in out
 
 
+@pytest.mark.slow  # seconds a report: out of `make test-quick`
 def test_recompute_refuses_a_result_without_records(tmp_path: Path, capsys) -> None:
     result = tmp_path / "results" / "demo" / "cpu"
     shutil.copytree(RESULTS / "demo" / "cpu", result)
