@@ -36,7 +36,8 @@ from experiments.errors import UserError
 
 REPO = Path(__file__).resolve().parents[1]
 # Provenance lines that name this recomputation rather than the result.
-OWN_LINES = ("command", "date", "git commit", "runs root")
+# (`sweep command` is appended by the sweep that made the runs, which a report cannot know.)
+OWN_LINES = ("command", "date", "git commit", "runs root", "sweep command")
 FIGURE_SUFFIXES = (".png", ".pdf")
 # The report's options that say where the runs came from or what may be written: not the
 # result's content. Value-taking ones drop their value too.
