@@ -25,14 +25,15 @@ not pooled either: the key is added as a row column, with one `warning:` line on
 footnote naming it (adding, not refusing: the report still shows every result, apart). It writes
 `<NAME>.md`, `.tex`, `.csv` (and `scaling.*` for `report.kind: scaling`), `runs.jsonl.gz` (the
 records of its runs, from which `make recompute` rebuilds the rest: analysis/records.py), the
-figures named in
-`report.figures` (accuracy, time, breakdown), `claims.md` (the checks named in `report.claims`,
-each with n, a confidence interval and its test: `analysis.claims`) and `provenance.txt`
-(the command, paths relative to the checkout or `$OUT`; the git commit, the date, torch's
-version and the device of the runs, their commits, their platform fingerprints), then prints the
-table, the claims and the paths. A RUNS_ROOT may be a result's `runs.jsonl.gz` instead of a
-runs directory: the report is then made from the committed records. Each row says how many of its runs converged (`analysis.convergence`); a column equal in
-every row is left out with one line saying why (`analysis.tables.informative_cells`).
+figures named in `report.figures` (accuracy, time, breakdown), `claims.md` (the checks named in
+`report.claims`, each with n, a confidence interval and its test: `analysis.claims`) and
+`provenance.txt` (the command, paths relative to the checkout or `$OUT`; the git commit, the
+date, torch's version and the device of the runs, their commits, their platform fingerprints),
+then prints the table, the claims and the paths. Each row says how many of its runs converged
+(`analysis.convergence`); a column equal in every row is left out with one line saying why
+(`analysis.tables.informative_cells`). A RUNS_ROOT may be a result's `runs.jsonl.gz` instead of
+a runs directory: the report is then made from the committed records. `--require-clean` refuses
+a modified checkout and runs made from one, with or without `--experiment`.
 
 A damaged run record (summary, config or metrics that cannot be read) is left out with one
 `warning:` line naming the file; the rest is reported.
@@ -118,7 +119,10 @@ REPO = Path(__file__).resolve().parents[1]
 
 
 def report(
-    roots: Sequence[str | os.PathLike], out_dir: str | os.PathLike, name: str = "table"
+    roots: Sequence[str | os.PathLike],
+    out_dir: str | os.PathLike,
+    name: str = "table",
+    require_clean: bool = False,
 ) -> dict[str, Any]:
     """Write the table and figure for the runs under `roots` into `out_dir`.
 
@@ -130,10 +134,12 @@ def report(
     if isinstance(roots, (str, os.PathLike)):
         roots = [roots]
     with materialized(roots) as dirs:
-        return _report(dirs, out_dir, name)
+        return _report(dirs, out_dir, name, require_clean)
 
 
-def _report(roots: Sequence[Path], out_dir: str | os.PathLike, name: str) -> dict[str, Any]:
+def _report(
+    roots: Sequence[Path], out_dir: str | os.PathLike, name: str, require_clean: bool
+) -> dict[str, Any]:
     frame = load_runs(*roots, statuses=DEFAULT_STATUSES)
     if frame.empty:
         found = sum(len(find_runs(root)) for root in roots)
@@ -143,6 +149,8 @@ def _report(roots: Sequence[Path], out_dir: str | os.PathLike, name: str) -> dic
         raise UserError(f"no runs (directories with summary.json) under {where}")
     # The summaries are repeated on every metric row; one row per run is what the table counts.
     summaries = frame.drop_duplicates("run_dir")
+    if require_clean:  # as with --experiment: refused before anything is written
+        _check_clean(summaries)
     extra = [c for c in TABLE_EXTRA if c in summaries.columns]
     # Every configuration key that varies among the runs splits them: never pooled.
     split = split_rows(summaries, DEFAULT_ROWS)
@@ -726,7 +734,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 def _main_plain(args: argparse.Namespace) -> int:
-    result = report(args.roots, args.out, args.name)
+    result = report(args.roots, args.out, args.name, require_clean=args.require_clean)
     print(result["markdown"])
     if result["figure_png"] is None:
         print("note: no evaluations logged yet, so no figure", file=sys.stderr)

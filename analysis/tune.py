@@ -159,6 +159,7 @@ def tune(
     ].drop_duplicates("run_dir")
     if runs.empty:
         raise UserError(f"no finished runs of experiment=tune at scale {scale}")
+    _check_one_setting(runs)
     validation = pd.to_numeric(runs.get("dataset.validation_fraction"), errors="coerce")
     if not (validation > 0).all():
         raise UserError("tune runs without a validation split (dataset.validation_fraction=0)")
@@ -186,6 +187,39 @@ def tune(
     document["run_commits"] = {sha: int(k) for sha, k in sorted(shas.items())}
     path = write_tuned(document, out or tuned_path(scale))
     return path, document
+
+
+# What tuning varies: the LR (a config key named like the metric, hence `config.lr`), the seed
+# and the algorithm with its knobs. Anything else that differs is another setting.
+TUNED_KEYS = ("config.lr", "lr", "seed")
+
+
+def _check_one_setting(runs: pd.DataFrame) -> None:
+    """A UserError naming the configuration keys (other than the LR, the seed and the algorithm)
+    whose values differ among `runs`: runs of two settings (epochs 1 and 2) would be pooled into
+    one choice with a `setting:` that names one of them."""
+    from experiments.config.identity import NON_IDENTITY_KEYS
+
+    def setting_key(column: str) -> bool:
+        if column in ("run_dir", "label") or column.startswith(("summary.", "algorithm")):
+            return False
+        if column in TUNED_KEYS or column in ("reached", "time_s"):
+            return False
+        return not any(column == k or column.startswith(k + ".") for k in NON_IDENTITY_KEYS)
+
+    differ = []
+    for column in filter(setting_key, runs.columns):
+        values = runs[column].map(
+            lambda v: repr(v) if not isinstance(v, float) or v == v else "nan"
+        )
+        if values.nunique() > 1:
+            shown = ", ".join(sorted(values.unique())[:3])
+            differ.append(f"{column} ({shown})")
+    if differ:
+        raise UserError(
+            f"the tune runs differ in {'; '.join(differ)}: tune one setting at a time "
+            "(runs that differ only in the LR, the seed and the algorithm)"
+        )
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -18,7 +18,13 @@ import yaml
 
 from analysis.claims import Cell, per_run, welch
 from analysis.convergence import converged, converged_cell, run_convergence
-from analysis.report import command_line, public_path, report_experiment, write_provenance
+from analysis.report import (
+    command_line,
+    public_path,
+    report,
+    report_experiment,
+    write_provenance,
+)
 from analysis.tables import experiment_markdown, experiment_table
 from analysis.tune import choose, grid_points, tuned_document
 from experiments.errors import UserError
@@ -442,6 +448,11 @@ def test_a_report_that_must_be_clean_refuses_runs_of_a_modified_checkout(
             runs, tmp_path / "out", fx.EXPERIMENT, "smoke", grid={}, require_clean=True
         )
     assert not (tmp_path / "out").exists()  # refused before anything was written
+    # the flag acts without --experiment too (issue 36: it used to be ignored there)
+    with pytest.raises(UserError, match="made from a modified checkout"):
+        report(runs, tmp_path / "out", require_clean=True)
+    assert not (tmp_path / "out").exists()
+    assert report(runs, tmp_path / "out")["num_runs"] == 1  # without the flag: reported
 
 
 def test_a_published_result_does_not_make_the_checkout_dirty(tmp_path: Path) -> None:
@@ -494,6 +505,15 @@ def test_analysis_tune_writes_the_choice_from_tune_runs(tmp_path: Path, capsys) 
     }
     assert document["setting"]["validation_fraction"] == 0.15
     assert "easgd              lr 0.05 (at the grid's edge)" in capsys.readouterr().out
+    # runs of two settings are not pooled into one choice (issue 36): refused, the key named
+    longer = fx.make_config(
+        "easgd", 4, 0, experiment="tune", lr=0.1, dataset__validation_fraction=0.15, epochs=9
+    )
+    fx.write_run(runs / "longer", longer, 0.9)
+    assert main([str(runs), "--scale", "smoke", "--out", str(tmp_path / "no.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("error: the tune runs differ in epochs (") and err.count("\n") == 1
+    assert not (tmp_path / "no.yaml").exists()
     # runs without a validation split cannot choose anything
     plain = tmp_path / "plain"
     fx.write_run(plain / "r", fx.make_config("easgd", 4, 0, experiment="tune", lr=0.1), 0.9)
