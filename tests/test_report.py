@@ -1081,6 +1081,7 @@ def test_cli_prints_table_claims_then_paths(tmp_path: Path) -> None:
             "time_breakdown.png",
             "time_breakdown.pdf",
             "claims.md",
+            "runs.jsonl.gz",
             "provenance.txt",
         )
     ]
