@@ -40,6 +40,7 @@ from typing import Any
 
 import yaml
 
+from analysis.load import read_config, read_metrics, read_summary
 from experiments.errors import UserError
 from experiments.store import records as run_records
 
@@ -84,8 +85,6 @@ def run_record(
     run_dir: str | os.PathLike, name: str, out_root: str | os.PathLike | None = None
 ) -> dict[str, Any]:
     """One run's record (the module docstring), read with the analysis' validated readers."""
-    from analysis.load import read_config, read_metrics, read_summary
-
     run_dir = Path(run_dir)
     overrides_path = run_dir / ".hydra" / "overrides.yaml"
     overrides: list = []

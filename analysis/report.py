@@ -73,7 +73,7 @@ from analysis.load import (
     one_line_warnings,
     read_config,
 )
-from analysis.records import RECORDS, materialized, run_names, write_records
+from analysis.records import RECORDS, materialized, write_records
 from analysis.tables import (
     DEFAULT_ROWS,
     FINISHED,
@@ -393,7 +393,7 @@ def _report_experiment(
             if points
             else "none checked",
             "run commits": _run_commits(finished),
-            "platform": _platforms(records, set(finished["run_dir"]), roots),
+            "platform": _platforms(records),
             "records": f"{RECORDS} ({len(records)} runs: config, overrides, summary, metrics)",
         },
     )
@@ -631,13 +631,12 @@ def _check_clean(runs: Any) -> None:
         )
 
 
-def _platforms(records: Sequence[Mapping[str, Any]], finished: set, roots: Sequence[Path]) -> str:
+def _platforms(records: Sequence[Mapping[str, Any]]) -> str:
     """ "[key] CPU; ATen ...; ... (30 runs)": each platform fingerprint of the finished runs
-    (experiments/store/fingerprint.py), with its count."""
-    names = set(run_names(sorted(finished), roots))
+    among `records` (experiments/store/fingerprint.py), with its count."""
     counts: dict[str, int] = {}
     for record in records:
-        if record["run"] in names:
+        if record["summary"].get("status") in FINISHED:
             line = describe(record["summary"].get("platform"))
             counts[line] = counts.get(line, 0) + 1
     return "; ".join(f"{line} ({k} runs)" for line, k in sorted(counts.items())) or "none"

@@ -30,7 +30,8 @@ from typing import Any
 import pandas as pd
 import yaml
 
-from analysis.load import load_runs, load_summaries
+from analysis.compare import run_values, varying_columns
+from analysis.load import TAU_LESS, load_runs, load_summaries
 from analysis.report import REPO, command_line, git_commit, relative_path
 from analysis.tables import time_to_target
 from experiments.config.tuned import tuned_path
@@ -189,35 +190,30 @@ def tune(
     return path, document
 
 
-# What tuning varies: the LR (a config key named like the metric, hence `config.lr`), the seed
-# and the algorithm with its knobs. Anything else that differs is another setting.
-TUNED_KEYS = ("config.lr", "lr", "seed")
+# What tuning varies besides the algorithm and its knobs: the LR (a config key named like the
+# metric, hence the column `config.lr`) and the seed. Anything else that differs is another setting.
+TUNED_COLUMNS = ("config.lr", "seed")
 
 
 def _check_one_setting(runs: pd.DataFrame) -> None:
     """A UserError naming the configuration keys (other than the LR, the seed and the algorithm)
     whose values differ among `runs`: runs of two settings (epochs 1 and 2) would be pooled into
-    one choice with a `setting:` that names one of them."""
-    from experiments.config.identity import NON_IDENTITY_KEYS
-
-    def setting_key(column: str) -> bool:
-        if column in ("run_dir", "label") or column.startswith(("summary.", "algorithm")):
-            return False
-        if column in TUNED_KEYS or column in ("reached", "time_s"):
-            return False
-        return not any(column == k or column.startswith(k + ".") for k in NON_IDENTITY_KEYS)
-
-    differ = []
-    for column in filter(setting_key, runs.columns):
-        values = runs[column].map(
-            lambda v: repr(v) if not isinstance(v, float) or v == v else "nan"
-        )
-        if values.nunique() > 1:
-            shown = ", ".join(sorted(values.unique())[:3])
-            differ.append(f"{column} ({shown})")
+    one choice with a `setting:` that names one of them. The identity columns that vary are
+    `analysis.compare.varying_columns`'; tau, which the tau-less methods do not read, is compared
+    among the others."""
+    differ = [
+        c
+        for c in varying_columns(runs, exclude=(*TUNED_COLUMNS, "tau"))
+        if not c.startswith("algorithm")
+    ]
+    with_tau = runs[~runs["algorithm.name"].isin(TAU_LESS)]
+    differ += [c for c in varying_columns(with_tau, exclude=TUNED_COLUMNS) if c == "tau"]
     if differ:
+        shown = [
+            f"{c} ({', '.join(sorted({str(v) for v in run_values(runs, c)})[:3])})" for c in differ
+        ]
         raise UserError(
-            f"the tune runs differ in {'; '.join(differ)}: tune one setting at a time "
+            f"the tune runs differ in {'; '.join(shown)}: tune one setting at a time "
             "(runs that differ only in the LR, the seed and the algorithm)"
         )
 

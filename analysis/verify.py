@@ -48,8 +48,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from analysis.load import find_runs
 from analysis.recompute import REPO, chosen_results, quiet_report, report_args, results_parser
-from analysis.records import RECORDS, dumps, read_records
+from analysis.records import RECORDS, dumps, read_records, run_record
 from experiments.config.identity import identity_config
 from experiments.errors import UserError
 from experiments.store.fingerprint import describe
@@ -141,9 +142,6 @@ def rerun_overrides(record: dict, out_root: Path) -> list[str]:
 
 def rerun(record: dict, out_root: Path) -> dict[str, Any]:
     """Train the point again; its new record (as `records.run_record` reads it)."""
-    from analysis.load import find_runs
-    from analysis.records import run_record
-
     overrides = rerun_overrides(record, out_root)
     done = subprocess.run(
         [sys.executable, str(REPO / "run.py"), *overrides],
@@ -156,13 +154,11 @@ def rerun(record: dict, out_root: Path) -> dict[str, Any]:
         said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
         raise UserError(f"the rerun failed (exit {done.returncode}): {said}")
     ident = record["summary"].get("identity")
-    for run_dir in find_runs(out_root):
-        new = run_record(run_dir, record["run"], out_root)
+    made = [run_record(d, record["run"], out_root) for d in find_runs(out_root)]
+    for new in made:
         if new["summary"].get("identity") == ident:
             return new
-    found = [
-        json.loads((d / "summary.json").read_text()).get("identity") for d in find_runs(out_root)
-    ]
+    found = [new["summary"].get("identity") for new in made]
     raise UserError(
         f"the rerun is another run (identity {', '.join(map(str, found)) or 'none'}, the record's "
         f"{ident}): conf/ or the code composes another configuration for its overrides now"
