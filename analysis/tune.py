@@ -5,7 +5,7 @@
 reads the finished runs of experiment=tune at the scale (their `test/*` metrics are on the
 validation split held out of the training data: `dataset.validation_fraction`), and writes, per
 algorithm, every grid point's mean, std and n of the final validation accuracy and the chosen
-base LR, by the rule below (shared/docs/tuning.md). `make tune` runs the sweep, then this. The
+base LR, by the rule below (docs/tuning.md). `make tune` runs the sweep, then this. The
 file is committed: the cpu scale's `lr` reads it (experiments/config/tuned.py), so a retune is
 a diff a reviewer sees, and the runs it changes are new runs, never changed records.
 

@@ -1,7 +1,7 @@
 """Tuned learning rates: `conf/tuned/<scale>.yaml`, written by `make tune` (analysis/tune.py) and
 read by the scale's `lr` through the `tuned_lr` resolver.
 
-The papers compare each method at its own tuned learning rate (shared/docs/tuning.md): a method run
+The papers compare each method at its own tuned learning rate (docs/tuning.md): a method run
 at another's rate can look broken. A scale whose file exists gives every algorithm the base LR
 chosen for it there (`lr: ${tuned_lr:0.1}` in conf/scale/cpu.yaml: the default 0.1 for an
 algorithm the file does not list); a command-line `lr=...` still wins, and the paper scale keeps

@@ -111,7 +111,7 @@ def _validation_fraction(cfg: Mapping) -> float:
 def hold_out_validation(bundle: DataBundle, fraction: float) -> DataBundle:
     """`bundle` with a stratified share `fraction` of its training split held out as its
     evaluation set (`test`), the rest as `train`: the split experiment=tune chooses learning
-    rates on, so that the test set never takes part in a choice (shared/docs/tuning.md). The
+    rates on, so that the test set never takes part in a choice (docs/tuning.md). The
     held-out items are the dataset's own, un-augmented (augmentation is applied by the sampler's
     keys, `Augmented`, to the training items only)."""
     from sklearn.model_selection import train_test_split
