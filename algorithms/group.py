@@ -133,6 +133,7 @@ class _Op:
         self.count = 0
         self.done = False
         self.result: Any = None
+        self.reduce: Callable | None = None  # the reducer, once a rank brought it
         self.callbacks: list[Callable[[], None]] = []
 
     def missing(self) -> list[int]:
@@ -149,6 +150,7 @@ class Rendezvous:
         self.ops: dict[int, _Op] = {}
         self.failure: str | None = None
         self.error: type[BaseException] = PeerFailed
+        self.departed: set[int] = set()  # ranks that left (`leave`)
 
     def abort(self, message: str, error: type[BaseException] = PeerFailed) -> None:
         """Make every wait of this group raise `error(message)` now and from now on (the first
@@ -168,9 +170,11 @@ class Rendezvous:
         collectives) and wakes the waiting ranks."""
         with self.cond:
             self._check()
+            if rank in self.departed:
+                raise PeerFailed(f"{self.name}: rank {rank} has left the group")
             op = self.ops.get(seq)
             if op is None:
-                op = self.ops[seq] = _Op(kind, seq, self.world_size)
+                op = self.ops[seq] = self._new_op(kind, seq)
             elif op.kind != kind:
                 message = (
                     f"{self.name}: collective #{seq} is {op.kind} on other ranks but {kind} on "
@@ -182,21 +186,54 @@ class Rendezvous:
             op.inputs[rank] = value
             op.arrived[rank] = True
             op.count += 1
+            op.reduce = reduce
             last = op.count == self.world_size
         if last:
-            try:
-                op.result = reduce(op)
-            except BaseException as e:
-                self.abort(f"{self.name}: collective #{seq} failed on rank {rank}: {e}")
-                raise
-            with self.cond:
-                op.done = True
-                del self.ops[seq]
-                callbacks, op.callbacks = op.callbacks, []
-                self.cond.notify_all()
-            for callback in callbacks:
-                callback()
+            self._complete(op, rank)
         return op
+
+    def _new_op(self, kind: str, seq: int) -> _Op:
+        op = _Op(kind, seq, self.world_size)
+        for r in self.departed:  # a rank that left is there with nothing (`leave`)
+            op.arrived[r] = True
+            op.count += 1
+        return op
+
+    def _complete(self, op: _Op, rank: int) -> None:
+        try:
+            op.result = op.reduce(op)
+        except BaseException as e:
+            self.abort(f"{self.name}: collective #{op.seq} failed on rank {rank}: {e}")
+            raise
+        with self.cond:
+            op.done = True
+            del self.ops[op.seq]
+            callbacks, op.callbacks = op.callbacks, []
+            self.cond.notify_all()
+        for callback in callbacks:
+            callback()
+
+    def leave(self, rank: int) -> None:
+        """Rank `rank` takes part in no more collectives of this group: from now on each
+        collective completes without it, its input None (the reducers skip it). For groups
+        whose members may end at different times: the seeds trained in lock-step
+        (experiments/workers/batched.py), where one seed that diverged or failed must not hold
+        up the others. A collective it was the last to be waited for completes here, in its
+        thread."""
+        with self.cond:
+            if rank in self.departed:
+                return
+            self.departed.add(rank)
+            ready = []
+            for op in self.ops.values():
+                if not op.arrived[rank]:
+                    op.arrived[rank] = True
+                    op.count += 1
+                    if op.count == self.world_size and op.reduce is not None:
+                        ready.append(op)
+        for op in sorted(ready, key=lambda o: o.seq):
+            if self.failure is None:
+                self._complete(op, rank)
 
     def wait(self, op: _Op, rank: int, timeout_s: float | None = None) -> None:
         """Block rank `rank` until `op` is done; raise on timeout or a peer's failure."""

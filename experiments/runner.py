@@ -189,6 +189,96 @@ def run(cfg: DictConfig, run_dir: str | Path, hydra_files: dict[str, str] | None
             lock.release()
 
 
+def run_lockstep(points: list[tuple[DictConfig, Path, dict[str, str]]]) -> list[dict[str, Any]]:
+    """Run S points of a sweep that differ only in their seed together, their workers' passes
+    one batched pass (experiments/workers/sim.py, `run_lockstep`), each point's record what it
+    would be run alone. `points`: each one's config, run directory and Hydra files. Returns each
+    point's outcome as run.py's job returns it: `{"status", "run_dir"}`, with `error` and
+    `exit_code` when it failed. A point that is finished is skipped, one that cannot start
+    fails alone; a stop on a signal or Ctrl-C ends them all (raised, as `run` raises it)."""
+    from experiments.preflight import check_job, launcher_env
+    from experiments.workers import sim
+
+    outcomes: list[dict[str, Any] | None] = [None] * len(points)
+    ready: list[tuple[int, dict[str, Any], Path, Any]] = []  # (index, config, dir, data)
+    locks: list[tuple[RunLock, Path]] = []
+
+    def failed(i: int, run_dir: Path, error: BaseException) -> None:
+        from experiments.preflight import describe
+
+        code = error.exit_code if isinstance(error, OneLine | WorkerFailed) else EXIT_FAILED
+        message = str(error) if isinstance(error, OneLine | WorkerFailed) else describe(error)
+        print(f"{run_dir}: failed: {message}", file=sys.stderr, flush=True)
+        outcomes[i] = {"status": "failed", "error": message, "exit_code": code}
+        outcomes[i]["run_dir"] = str(run_dir)
+
+    try:
+        for i, (cfg, run_dir, files) in enumerate(points):
+            run_dir = Path(run_dir)
+            outcomes[i] = {"status": "failed", "run_dir": str(run_dir)}
+            plain: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
+            rerun = bool(plain.pop("rerun", False))
+            ident = digest(plain)
+            started = False
+            try:
+                check_job(plain, launcher_env())
+                lock = RunLock(run_dir)
+                try:
+                    run_dir.mkdir(parents=True, exist_ok=True)
+                except OSError as error:
+                    raise OutputError(run_dir, error) from None
+                lock.acquire()
+                locks.append((lock, run_dir))
+                status = finished_status(run_dir, ident, rerun)
+                if status is not None and not rerun:
+                    print(f"skip {run_dir}: already {status}", flush=True)
+                    outcomes[i] = {"status": status, "run_dir": str(run_dir)}
+                    continue
+                if status is not None:
+                    print(f"rerun {run_dir}: the previous record moved to {supersede(run_dir)}")
+                meta = ckpt.verify(run_dir, plain, ranks=None, load_files=True)
+                if meta is not None:
+                    check_metrics(run_dir, meta["step"])
+                bundle, card = check_data(plain)
+                _start_record(plain, run_dir, ident, files, meta, card)
+                started = True
+                ready.append((i, plain, run_dir, bundle))
+            except Exception as e:
+                failed(i, run_dir, _ended(run_dir, e, started))
+        stop: BaseException | None = None  # an interruption or Ctrl-C: every run's
+        if ready:
+            print(f"lockstep: {len(ready)} seeds of one config in one batched pass", flush=True)
+            with late_stops_ignored():
+                results = sim.run_lockstep([r[1:] for r in ready], train_worker)
+            for (i, plain, run_dir, _), result in zip(ready, results, strict=True):
+                try:
+                    if isinstance(result, BaseException):
+                        raise result
+                    status = _spawned_status(run_dir, plain, [signal.SIGINT] if result else [])
+                except Exception as e:
+                    error = _ended(run_dir, e, True)
+                    if isinstance(error, Cancelled | Interrupted):
+                        stop = stop or error
+                    else:
+                        failed(i, run_dir, error)
+                    continue
+                if status == "interrupted":  # rank 0 has said why
+                    summary = read_summary(run_dir) or {}
+                    error = summary.get("error", "interrupted")
+                    stop = stop or Interrupted(f"{run_dir}: {error}", said=True)
+                    continue
+                summary = read_summary(run_dir)
+                print(outcome_line(run_dir, summary), flush=True)
+                outcomes[i] = {"status": summary["status"], "run_dir": str(run_dir)}
+        if stop is not None:
+            raise stop
+    finally:
+        for lock, run_dir in locks:
+            release_reserve(run_dir)
+            lock.release()
+    return [o for o in outcomes if o is not None]
+
+
 def _run(
     plain: dict[str, Any],
     run_dir: Path,
@@ -213,39 +303,8 @@ def _run(
     started = False  # whether the record says `running`
     try:
         if is_main:
-            reserve(run_dir)  # the space of the final summary, should the disk fill up
-            (run_dir / ".hydra").mkdir(exist_ok=True)
-            for name, text in hydra_files.items():
-                write_text_atomic(run_dir / ".hydra" / name, text)
-            write_text_atomic(run_dir / CONFIG, OmegaConf.to_yaml(OmegaConf.create(plain)))
-            write_json_atomic(run_dir / IDENTITY, identity_config(plain))
-            write_json_atomic(run_dir / DATA_CARD, card)
-            previous = read_summary(run_dir) or {}
-            resumed = previous.get("resumed", [])
-            if meta is not None:
-                resumed = [*resumed, {"from_step": meta["step"], "at": _now(), "host": _host()}]
-            update_summary(
-                run_dir,
-                drop=("error", "interrupted", "finished_at"),
-                status="running",
-                identity=ident,
-                world_size=plain["workers"],
-                git_sha=git_sha(),
-                torch_version=torch.__version__,
-                host=_host(),
-                started_at=previous.get("started_at") if meta is not None else _now(),
-                resumed=resumed,
-                wandb_id=previous.get("wandb_id") or _wandb_id(),
-                data_card=card,
-            )
+            _start_record(plain, run_dir, ident, hydra_files, meta, card)
             started = True
-            what = f"resume from step {meta['step']} ({meta['reason']})" if meta else "run"
-            print(
-                f"{what} {run_dir}: {plain['algorithm']['name']} tau={plain['tau']} "
-                f"workers={plain['workers']} dataset={plain['dataset']['name']} "
-                f"model={plain['model']['name']} epochs={plain['epochs']}",
-                flush=True,
-            )
         if worker is None:
             with late_stops_ignored():
                 if plain["cluster"].get("in_process"):
@@ -274,6 +333,50 @@ def _run(
     summary = read_summary(run_dir)
     print(outcome_line(run_dir, summary), flush=True)
     return summary["status"]
+
+
+def _start_record(
+    plain: dict[str, Any],
+    run_dir: Path,
+    ident: str,
+    hydra_files: dict[str, str],
+    meta: dict[str, Any] | None,
+    card: dict[str, Any],
+) -> None:
+    """Rank 0, before any worker starts: the resolved config, Hydra's files, the identity, the
+    data card and `status: running` (with the space of the final summary reserved)."""
+    reserve(run_dir)  # the space of the final summary, should the disk fill up
+    (run_dir / ".hydra").mkdir(exist_ok=True)
+    for name, text in hydra_files.items():
+        write_text_atomic(run_dir / ".hydra" / name, text)
+    write_text_atomic(run_dir / CONFIG, OmegaConf.to_yaml(OmegaConf.create(plain)))
+    write_json_atomic(run_dir / IDENTITY, identity_config(plain))
+    write_json_atomic(run_dir / DATA_CARD, card)
+    previous = read_summary(run_dir) or {}
+    resumed = previous.get("resumed", [])
+    if meta is not None:
+        resumed = [*resumed, {"from_step": meta["step"], "at": _now(), "host": _host()}]
+    update_summary(
+        run_dir,
+        drop=("error", "interrupted", "finished_at"),
+        status="running",
+        identity=ident,
+        world_size=plain["workers"],
+        git_sha=git_sha(),
+        torch_version=torch.__version__,
+        host=_host(),
+        started_at=previous.get("started_at") if meta is not None else _now(),
+        resumed=resumed,
+        wandb_id=previous.get("wandb_id") or _wandb_id(),
+        data_card=card,
+    )
+    what = f"resume from step {meta['step']} ({meta['reason']})" if meta else "run"
+    print(
+        f"{what} {run_dir}: {plain['algorithm']['name']} tau={plain['tau']} "
+        f"workers={plain['workers']} dataset={plain['dataset']['name']} "
+        f"model={plain['model']['name']} epochs={plain['epochs']}",
+        flush=True,
+    )
 
 
 @contextmanager
@@ -501,6 +604,8 @@ def train_worker(
     group=None,
     device: torch.device | None = None,
     batched=None,
+    batched_rank: int | None = None,
+    shared_calibration=None,
 ) -> str:
     """Build this worker's data, model, optimizer and algorithm, resume from the run's
     checkpoint if there is one, train, and (rank 0) write the summary. Returns the status.
@@ -508,7 +613,9 @@ def train_worker(
     `group`: where the collectives go (algorithms/group.py; None: torch.distributed's default
     group); `device`: this worker's device (None: from the backend and the local rank);
     `batched`: the in-process workers' batched passes (experiments/workers/batched.py), or
-    None."""
+    None; `batched_rank`: this worker's replica there (its rank, unless seeds train in
+    lock-step: experiments/workers/sim.py); `shared_calibration`: the seeds' one calibration
+    there (sim.SharedCalibration)."""
     from torch.utils.data import DataLoader, Subset
 
     from algorithms.comm import Comm
@@ -531,8 +638,9 @@ def train_worker(
 
     model = initial_model(cfg, bundle).to(device, dtype)  # identical on every worker ...
     comm.broadcast_(list(model.parameters()) + list(model.buffers()), src=0)  # ... guaranteed
+    replica = rank if batched_rank is None else batched_rank
     if batched is not None:  # before the optimizer and the algorithm take its parameters
-        batched.adopt(rank, model)
+        batched.adopt(replica, model)
 
     # This worker's data order and augmentation: one generator, the sampler's (experiments/
     # data.py). The loader's own generator only seeds its worker processes, which draw nothing.
@@ -635,8 +743,10 @@ def train_worker(
         dtype=dtype,
         progress=cfg.get("progress", True),
         heartbeat=run_dir / HEARTBEAT if rank == 0 else None,
-        forward_backward=None if batched is None else partial(batched.forward_backward, rank),
-        optimizer_step=None if batched is None else partial(batched.optimizer_step, rank),
+        forward_backward=None if batched is None else partial(batched.forward_backward, replica),
+        optimizer_step=None if batched is None else partial(batched.optimizer_step, replica),
+        shared_calibration=shared_calibration,
+        loss_and_correct=None if batched is None else partial(batched.loss_and_correct, replica),
     )
     try:
         result = train(

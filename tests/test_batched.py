@@ -127,7 +127,7 @@ def test_each_worker_gets_the_loss_and_gradient_of_its_own_replica(sizes, kind):
             assert b.data_ptr() == steps.buffers[name][r].data_ptr()
             torch.testing.assert_close(b, c, rtol=0, atol=1e-12)  # BN statistics moved alike
         assert sorted(map(id, fired[r])) == sorted(map(id, model.parameters()))
-    assert (steps._grouped is not None) == kind.endswith("grouped")
+    assert (steps._grouped_model(m) is not None) == kind.endswith("grouped")
 
 
 def test_consecutive_passes_do_not_accumulate_gradients():
@@ -255,7 +255,7 @@ def test_one_batched_update_equals_each_workers_own_sgd_steps(settings):
         for name, p in opt_named(steps, r, opt):
             buf = opt.state[p].get("momentum_buffer")
             if momentum:
-                assert buf.data_ptr() == steps.momentum[name][r].data_ptr(), name
+                assert buf.data_ptr() == steps.momentum[0, name][r].data_ptr(), name
             else:
                 assert buf is None
 
@@ -293,7 +293,7 @@ def test_gradients_and_buffers_an_algorithm_replaced_are_taken_as_they_are():
     for r, opt in enumerate(opts):
         for name, p in opt_named(steps, r, opt):
             assert opt.state[p]["momentum_buffer"].data_ptr() == (
-                steps.momentum[name][r].data_ptr()
+                steps.momentum[0, name][r].data_ptr()
             )
 
 

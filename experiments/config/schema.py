@@ -306,9 +306,15 @@ class Cluster:
     # With in_process: true = the workers' forward and backward passes as one vectorised call
     # over their stacked replicas (experiments/workers/batched.py), each worker's optimizer,
     # algorithm and data as before; not for OSP/LOSP (collectives at rank-dependent steps).
-    # false = a thread per worker. auto = true on a GPU and from 8 workers on a CPU, where
-    # the algorithm allows it.
+    # false = a thread per worker. auto = true where the algorithm allows it and it pays: on a
+    # GPU, from 8 workers on a CPU, and whenever seeds train in lock-step (lockstep_seeds > 1),
+    # so that a seed run alone computes what it computes among the others.
     batched: str = "auto"
+    # With in_process and batched: a sweep trains up to this many points that differ only in
+    # their seed in one process, as one batched pass over all their workers' replicas
+    # (experiments/workers/sim.py, run_lockstep), each point's record bit for bit the one it
+    # would have alone. 1 = one run per seed.
+    lockstep_seeds: int = 10
     # Where worker processes compute (experiments/workers/dist.py, place): auto = the GPUs when
     # visible (one per worker), else the CPU; cpu; cuda (an error where there is none).
     device: str = "auto"

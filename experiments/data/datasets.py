@@ -63,6 +63,13 @@ class TensorImageDataset(Dataset):
     def __getitem__(self, index: int) -> tuple[torch.Tensor, int]:
         return self.images[index], int(self.labels[index])
 
+    def __getitems__(self, indices: list[int]) -> list[tuple[torch.Tensor, int]]:
+        """A batch's items in one indexing (what the DataLoader asks a Subset of it for): the
+        same items as `__getitem__`'s, without a Python call per sample (the in-process
+        workers of seeds in lock-step fetch S x m batches a step)."""
+        index = torch.as_tensor(indices, dtype=torch.long)
+        return list(zip(self.images[index].unbind(0), self.labels[index].tolist(), strict=True))
+
 
 def prepare_dataset(cfg: Mapping) -> None:
     """Make sure the data is there (downloading CIFAR-10 if allowed) and the config is valid."""

@@ -33,6 +33,7 @@ import os
 import re
 import sys
 import tempfile
+import threading
 from typing import Any
 
 # The variables that choose or pin the kernels (each documented by its library): torch's ATen
@@ -50,6 +51,9 @@ NUMERIC_ENV = (
 )
 
 _ONEDNN: str | None = None  # oneDNN's header says its ISA once a process: kept
+# One capture at a time: the runs of seeds in lock-step finish together, in threads of one
+# process, and two captures would swap file descriptor 1 under each other.
+_ONEDNN_LOCK = threading.Lock()
 
 
 def cpu_model() -> str:
@@ -85,6 +89,11 @@ def onednn_dispatch() -> str:
     jit:avx2". oneDNN tells them only in its verbose output, which its C code prints on file
     descriptor 1: that descriptor is pointed at a temporary file for one convolution (a few
     ms, once a process). "unknown" where that cannot be read."""
+    with _ONEDNN_LOCK:
+        return _onednn_dispatch()
+
+
+def _onednn_dispatch() -> str:
     global _ONEDNN
     if _ONEDNN is not None:
         return _ONEDNN

@@ -173,6 +173,9 @@ class WandbSink:
             tags=wandb_tags(cfg),  # to filter and group by in a W&B comparison report
             config=cfg,
             settings=wandb.Settings(silent=True, console="off"),
+            # seeds in lock-step (experiments/workers/sim.py) are S runs of one process at once:
+            # each its own W&B run (the default would hand every later one the first)
+            reinit="create_new",
         )
         # Accuracy and loss against the run's training time (virtual or measured: `timing`).
         run.define_metric("time/train_s")

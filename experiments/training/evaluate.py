@@ -155,19 +155,21 @@ def evaluate(
     *,
     bn_batches: list[torch.Tensor] | None = None,
     local_counts: tuple[float, int, int] | None = None,
+    counts=None,
 ) -> dict[str, float]:
     """The test metrics of the consensus of `eval_model` and of the local models.
 
     bn_batches: recompute `eval_model`'s BatchNorm statistics on them first (on a copy).
     local_counts: `loss_and_correct(local_model, test_full)` taken earlier (the last evaluation
     takes it before `finish()`); None: computed here.
+    counts: what computes `loss_and_correct` (the in-process workers' batched evaluation,
+    experiments/workers/batched.py); None: `loss_and_correct`.
     """
+    counts = counts or loss_and_correct
     consensus = consensus_copy(eval_model, comm, bn_batches, device, dtype)
-    c_loss, c_correct, c_count = comm.sum_scalars(
-        loss_and_correct(consensus, test_shard, device, dtype)
-    )
+    c_loss, c_correct, c_count = comm.sum_scalars(counts(consensus, test_shard, device, dtype))
     if local_counts is None:
-        local_counts = loss_and_correct(local_model, test_full, device, dtype)
+        local_counts = counts(local_model, test_full, device, dtype)
     l_loss, l_correct, l_count = local_counts
     m = comm.world_size
     acc_local_sum, loss_local_sum = comm.sum_scalars([l_correct / l_count, l_loss / l_count])

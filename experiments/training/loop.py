@@ -38,6 +38,7 @@ import time
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 import torch.nn.functional as F
@@ -65,6 +66,12 @@ class LoopSettings:
     # the step of the local optimizer: `optimizer.step()`, or the in-process workers' batched
     # update (experiments/workers/batched.py)
     optimizer_step: Callable[[torch.optim.Optimizer], None] | None = None
+    # Seeds in lock-step (experiments/workers/sim.py): the virtual clock's calibration measured
+    # once for all of them, `shared_calibration(measure)` returning the one result
+    shared_calibration: Callable[[Callable[[], Any]], Any] | None = None
+    # `loss_and_correct(model, loader, device, dtype)` of an evaluation: evaluate.py's, or the
+    # in-process workers' batched evaluation (experiments/workers/batched.py)
+    loss_and_correct: Callable[..., tuple[float, int, int]] | None = None
 
 
 @dataclass
@@ -247,7 +254,8 @@ def train(
             # in flight may complete meanwhile (its wait in finish() then exposes less).
             _synchronize(device)
             t_local = time.perf_counter()
-            local_counts = loss_and_correct(model, test_full, device, settings.dtype)
+            counts = settings.loss_and_correct or loss_and_correct
+            local_counts = counts(model, test_full, device, settings.dtype)
             local_s = time.perf_counter() - t_local
             algo.finish()
         else:
@@ -294,6 +302,7 @@ def train(
                 settings.dtype,
                 bn_batches=bn_batches if algo.eval_needs_fresh_bn() else None,
                 local_counts=local_counts,
+                counts=settings.loss_and_correct,
             ),
         }
         times.eval_s += time.perf_counter() - t1
@@ -371,12 +380,17 @@ def _calibration(algo: Algorithm, comm: Comm, loader, device, settings: LoopSett
         result = calibrate.Calibration.from_state(saved)
     elif calibrate.needed(clock.compute):
         steps_per_epoch = len(loader)
-        result = calibrate.calibrate(
-            algo,
-            clock.compute,
-            calibrate.calibration_batch(loader.dataset, loader.batch_size, device, settings.dtype),
-            lambda t: lr_at(t, steps_per_epoch, **settings.schedule),
-        )
+
+        def measure():
+            batch = calibrate.calibration_batch(
+                loader.dataset, loader.batch_size, device, settings.dtype
+            )
+            return calibrate.calibrate(
+                algo, clock.compute, batch, lambda t: lr_at(t, steps_per_epoch, **settings.schedule)
+            )
+
+        shared = settings.shared_calibration
+        result = measure() if shared is None else shared(measure)
     else:
         result = calibrate.pinned(clock.compute)
     clock.compute = result.apply(clock.compute)

@@ -58,15 +58,16 @@ from torch.optim.sgd import sgd
 from torch.utils._foreach_utils import _get_fused_kernels_supported_devices
 
 from algorithms.group import ThreadGroup
-from experiments.workers.options import AUTO_MIN_WORKERS_CPU, choice
+from experiments.workers.options import AUTO_MIN_WORKERS_CPU, choice, lockstep_seeds
 
 
 def wanted(cfg: dict[str, Any], algorithm_class: type, device: torch.device) -> bool:
     """Whether the in-process workers of `cfg` compute batched: `true`, or `auto` where it
-    pays (a GPU; AUTO_MIN_WORKERS_CPU workers or more on a CPU) and the algorithm allows it."""
+    pays (a GPU; AUTO_MIN_WORKERS_CPU workers or more on a CPU; seeds in lock-step, where a
+    seed alone must compute as it does among the others) and the algorithm allows it."""
     value, m = choice(cfg), cfg["workers"]
     if value == "auto":
-        pays = device.type == "cuda" or m >= AUTO_MIN_WORKERS_CPU
+        pays = device.type == "cuda" or m >= AUTO_MIN_WORKERS_CPU or lockstep_seeds(cfg) > 1
         return m > 1 and pays and algorithm_class.checkpoint_anywhere
     return value == "true" and m > 1
 
@@ -74,26 +75,46 @@ def wanted(cfg: dict[str, Any], algorithm_class: type, device: torch.device) -> 
 class BatchedSteps:
     """The stacked replicas of one run's m workers and their batched passes. Build one per run
     (experiments/workers/sim.py); worker `rank` calls `adopt(rank, model)` once, before its
-    optimizer and algorithm exist, then `forward_backward(rank, ...)` at every training step."""
+    optimizer and algorithm exist, then `forward_backward(rank, ...)` at every training step.
 
-    def __init__(self, world_size: int, timeout_s: float):
+    Seeds in lock-step: `block` < `world_size` stacks S = world_size / block runs of `block`
+    workers each (rank = seed's index x block + the worker's rank in its run). Every replica's
+    numbers are then those of its run computed alone, bit for bit: the pass over all S x m
+    replicas computes each replica's rows exactly as the pass over its own run's m (grouped
+    kernels, and a head laid out per replica: `_GroupedLinear`, `_grouped_losses`), a step
+    where a run's shapes differ is computed run by run as that run alone would compute it, and
+    the optimizer step is one update per run (the fused kernel's vectorised body and scalar tail
+    split a longer tensor elsewhere). A run that ends (diverged, failed) `leave`s; the others
+    go on without it."""
+
+    def __init__(self, world_size: int, timeout_s: float, block: int | None = None):
         self.m = world_size
+        self.block = block or world_size
+        if self.m % self.block:
+            raise ValueError(f"{world_size} replicas are not whole runs of {block} workers")
         # the passes are collectives of their own group (matched by sequence number, failures
         # and timeouts as for the workers' other collectives)
         self.groups = ThreadGroup.create(world_size, timeout_s, name="batched steps")
         self.params: dict[str, torch.Tensor] = {}  # name -> [m, *shape], leaves of autograd
         self.buffers: dict[str, torch.Tensor] = {}  # name -> [m, *shape]
         self._base: nn.Module | None = None  # the structure, on the meta device
-        self._grouped: nn.Module | None = None  # the m replicas as one grouped model (or None)
+        self._grouped: dict[int, nn.Module | None] = {}  # k -> k replicas as one grouped model
         self._own: list[list[tuple[str, nn.Parameter]]] = [[] for _ in range(world_size)]
+        self._modules: list[nn.Module | None] = [None] * world_size  # each worker's own
         self._name_of: list[dict[int, str]] = [{} for _ in range(world_size)]  # id(param) -> name
-        self.momentum: dict[str, torch.Tensor] = {}  # name -> [m, *shape], the SGD buffers
-        self._buffer_rows: dict[str, tuple[torch.Tensor, ...]] = {}  # name -> momentum[name]'s rows
+        # (run, name) -> [block, *shape], the SGD buffers of one run's workers, and their rows
+        self.momentum: dict[tuple[int, str], torch.Tensor] = {}
+        self._buffer_rows: dict[tuple[int, str], tuple[torch.Tensor, ...]] = {}
         self._grad_rows: dict[str, tuple[torch.Tensor, ...]] = {}  # name -> the last pass's rows
 
     def abort(self, message: str, error: type[BaseException]) -> None:
         """Make every worker's wait for a batched pass raise `error(message)` (sim.py)."""
         self.groups[0].abort(message, error)
+
+    def leave(self, rank: int) -> None:
+        """Worker `rank` has stopped training (its run ended, diverged or failed): the passes
+        go on without it (algorithms/group.py, `Rendezvous.leave`)."""
+        self.groups[0].rendezvous.leave(rank)
 
     # set-up ------------------------------------------------------------------------------------
 
@@ -101,6 +122,7 @@ class BatchedSteps:
         """Make `model`'s parameters and buffers views of row `rank` of the stacked tensors
         (their values kept). Every worker calls it, with replicas of one architecture."""
         self.groups[rank].collective("adopt", model, self._stack)
+        self._modules[rank] = model
         stacked = self.params
         for name, p in list(model.named_parameters()):
             owner, leaf = _owner(model, name)
@@ -113,7 +135,9 @@ class BatchedSteps:
             owner._buffers[leaf] = self.buffers[name][rank]
 
     def _stack(self, op) -> None:
-        models: list[nn.Module] = op.inputs
+        # a worker that left before adopting (its run failed in set-up): a placeholder row
+        present = next(mm for mm in op.inputs if mm is not None)
+        models: list[nn.Module] = [present if mm is None else mm for mm in op.inputs]
         params = [dict(mm.named_parameters()) for mm in models]
         buffers = [dict(mm.named_buffers()) for mm in models]
         for r in range(1, len(models)):
@@ -130,17 +154,24 @@ class BatchedSteps:
                 name: torch.stack([named[name] for named in buffers]) for name in buffers[0]
             }
         self._base = copy.deepcopy(models[0]).to("meta")
-        self._grouped = _grouped(self._base, self.m)  # None: the model is not groupable
 
         def loss_of(params, buffers, x, y):
             return F.cross_entropy(functional_call(self._base, (params, buffers), (x,)), y)
 
         self._loss_of = loss_of
         # every replica's loss on its batch, in one pass: grouped where the model allows it
-        if self._grouped is not None:
+        if self._grouped_model(self.m) is not None:
             self._batched = self._grouped_losses
         else:
             self._batched = vmap(loss_of, randomness="error")
+
+    def _grouped_model(self, k: int) -> nn.Module | None:
+        """The model as k replicas in one grouped model (None: not groupable), built once per k
+        (the whole stack; one run's block when the runs compute apart)."""
+        if k not in self._grouped:
+            assert self._base is not None
+            self._grouped[k] = _grouped(self._base, k)
+        return self._grouped[k]
 
     # every step --------------------------------------------------------------------------------
 
@@ -157,6 +188,7 @@ class BatchedSteps:
         Returns this worker's loss (detached)."""
         optimizer.zero_grad(set_to_none=True)
         losses = self.groups[rank].collective("step", (x, y, model.training), self._step)
+        assert losses[rank] is not None
         rows = self._grad_rows
         for name, p in self._own[rank]:
             p.grad = rows[name][rank] if name in rows else None
@@ -167,52 +199,174 @@ class BatchedSteps:
                 hook(p)
         return losses[rank]
 
-    def _step(self, op) -> torch.Tensor:
-        xs = [x for x, _, _ in op.inputs]
-        ys = [y for _, y, _ in op.inputs]
-        modes = {training for _, _, training in op.inputs}
+    def _step(self, op) -> list[torch.Tensor | None]:
+        inputs = op.inputs  # None: a worker that left
+        present = [r for r, v in enumerate(inputs) if v is not None]
+        modes = {inputs[r][2] for r in present}
         if len(modes) != 1:
             raise RuntimeError("the workers' models are not all in the same train/eval mode")
         assert self._base is not None
         training = modes.pop()
         self._base.train(training)
-        if self._grouped is not None:
-            self._grouped.train(training)
+        for grouped in self._grouped.values():
+            if grouped is not None:
+                grouped.train(training)
         for p in self.params.values():
             p.grad = None
+
+        shapes = [None if v is None else (v[0].shape, v[1].shape) for v in inputs]
+        calls = self._calls(shapes)
+        losses: list[torch.Tensor | None] = [None] * self.m
         with torch.enable_grad():
-            if len({(x.shape, y.shape) for x, y in zip(xs, ys, strict=True)}) == 1:
-                losses = self._batched(self.params, self.buffers, torch.stack(xs), torch.stack(ys))
-            else:  # shapes differ (a last, partial batch): replica by replica
-                losses = torch.stack(
-                    [
-                        self._loss_of(
-                            {n: t[r] for n, t in self.params.items()},
-                            {n: t[r] for n, t in self.buffers.items()},
-                            xs[r],
-                            ys[r],
-                        )
-                        for r in range(self.m)
-                    ]
-                )
-            losses.sum().backward()  # d(sum)/d(loss_r) = 1: each replica gets its own gradient
+            computed = []
+            for rows, one_pass in calls:
+                a, b = rows.start, rows.stop
+                if one_pass:
+                    xs = torch.stack([inputs[r][0] for r in rows])
+                    ys = torch.stack([inputs[r][1] for r in rows])
+                    every = b - a == self.m
+                    params = self.params if every else {n: t[a:b] for n, t in self.params.items()}
+                    buffers = (
+                        self.buffers if every else {n: t[a:b] for n, t in self.buffers.items()}
+                    )
+                    out = self._batched(params, buffers, xs, ys)
+                else:
+                    x, y, _ = inputs[a]
+                    params = {n: t[a] for n, t in self.params.items()}
+                    out = self._loss_of(
+                        params, {n: t[a] for n, t in self.buffers.items()}, x, y
+                    ).unsqueeze(0)
+                computed.append(out)
+                for r, loss in zip(rows, out.detach().unbind(0), strict=True):
+                    losses[r] = loss
+            # d(sum)/d(loss_r) = 1: each replica gets its own gradient
+            torch.cat(computed).sum().backward()
         self._grad_rows = {
             name: p.grad.unbind(0) for name, p in self.params.items() if p.grad is not None
         }
-        return losses.detach()
+        return losses
+
+    def _calls(self, shapes: list[Any]) -> list[tuple[range, bool]]:
+        """How to compute a pass whose replicas bring inputs of `shapes` (None: a replica that
+        left): [(replicas, whether in one batched pass)]. Each run as it computes alone: one
+        pass over its block when all of its workers are here with inputs of one shape, else
+        replica by replica (a last, partial batch); when every run's block is one pass of one
+        shape, one pass for all (the same numbers, fewer calls)."""
+        runs = [range(a, a + self.block) for a in range(0, self.m, self.block)]
+        whole = [
+            None not in (kinds := {shapes[r] for r in run}) and len(kinds) == 1 for run in runs
+        ]
+        if all(whole) and len(set(shapes)) == 1:
+            return [(range(0, self.m), True)]
+        calls = []
+        for run, one_pass in zip(runs, whole, strict=True):
+            if one_pass:
+                calls.append((run, True))
+            else:
+                calls += [(range(r, r + 1), False) for r in run if shapes[r] is not None]
+        return calls
+
+    def loss_and_correct(
+        self,
+        rank: int,
+        model: nn.Module,
+        loader,
+        device: torch.device,
+        dtype: torch.dtype,
+    ) -> tuple[float, int, int]:
+        """experiments/training/evaluate.py's `loss_and_correct` for worker `rank`, computed
+        with every other worker's in batched passes: `model` is the worker's own module (its
+        row of the stacked replicas) or a model of the same structure (a consensus copy),
+        stacked for the pass. Every worker calls it at the same point of the loop."""
+        batches = [(x.to(device, dtype=dtype), y.to(device)) for x, y in loader]
+        out = self.groups[rank].collective("evaluate", (model, batches), self._evaluate)
+        return out[rank]
+
+    @torch.no_grad()
+    def _evaluate(self, op) -> list[tuple[float, int, int] | None]:
+        inputs = op.inputs
+        present = next(v[0] for v in inputs if v is not None)
+        models = [present if v is None else v[0] for v in inputs]
+        if all(self._still_own(r, mm) for r, mm in enumerate(models) if inputs[r] is not None):
+            params, buffers = self.params, self.buffers
+        else:  # copies (a consensus): their parameters stacked for the pass
+            named = [dict(mm.named_parameters()) for mm in models]
+            kept = [dict(mm.named_buffers()) for mm in models]
+            params = {n: torch.stack([d[n] for d in named]) for n in self.params}
+            buffers = {n: torch.stack([d[n] for d in kept]) for n in self.buffers}
+        assert self._base is not None
+        self._base.eval()
+        for grouped in self._grouped.values():
+            if grouped is not None:
+                grouped.eval()
+        shapes = [None if v is None else tuple((x.shape, y.shape) for x, y in v[1]) for v in inputs]
+        results: list[tuple[float, int, int] | None] = [None] * self.m
+        for rows, one_pass in self._calls(shapes):
+            a, b = rows.start, rows.stop
+            sums = [[0.0, 0, 0] for _ in rows]
+            for j in range(len(inputs[a][1])):
+                xs = torch.stack([inputs[r][1][j][0] for r in rows])
+                ys = torch.stack([inputs[r][1][j][1] for r in rows])
+                part_p = {n: t[a:b] for n, t in params.items()}
+                part_b = {n: t[a:b] for n, t in buffers.items()}
+                logits = self._logits(part_p, part_b, xs, one_pass)  # [k, B, classes]
+                for i, (out, target) in enumerate(zip(logits, ys, strict=True)):
+                    # replica by replica, as `_grouped_losses` (the same numbers whatever k)
+                    sums[i][0] += F.cross_entropy(out, target, reduction="sum").item()
+                    sums[i][1] += int((out.argmax(1) == target).sum().item())
+                    sums[i][2] += target.numel()
+            for r, (loss, right, count) in zip(rows, sums, strict=True):
+                results[r] = (loss, right, count)
+        return results
+
+    def _still_own(self, rank: int, model: nn.Module) -> bool:
+        """Whether `model` is worker `rank`'s module with its parameters and buffers still its
+        rows of the stacked tensors (an algorithm may have put others in their place)."""
+        if model is not self._modules[rank]:
+            return False
+        params = dict(model.named_parameters())
+        if any(params.get(name) is not view for name, view in self._own[rank]):
+            return False
+        return all(
+            b.data_ptr() == self.buffers[name][rank].data_ptr()
+            for name, b in model.named_buffers()
+            if name in self.buffers
+        )
+
+    def _logits(self, params, buffers, x: torch.Tensor, one_pass: bool) -> torch.Tensor:
+        """The logits [k, B, classes] of k replicas (`params`, `buffers`: [k, ...]) on their
+        inputs x [k, B, ...]: one grouped (or vmapped) pass, or (k = 1) the model itself."""
+        k = x.shape[0]
+        if not one_pass:
+            assert self._base is not None
+            first = functional_call(
+                self._base,
+                ({n: t[0] for n, t in params.items()}, {n: t[0] for n, t in buffers.items()}),
+                (x[0],),
+            )
+            return first.unsqueeze(0)
+        grouped = self._grouped_model(k)
+        if grouped is not None:
+            out = functional_call(grouped, (params, buffers), (x.transpose(0, 1).flatten(1, 2),))
+            return out.unflatten(1, (k, -1)).transpose(0, 1)
+        return vmap(lambda p, b, xx: functional_call(self._base, (p, b), (xx,)))(params, buffers, x)
 
     def _grouped_losses(self, params, buffers, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Each replica's mean loss on its batch (x [m, B, C, ...], y [m, B]), computed by the
-        grouped model on the replicas' inputs side by side as channels: [B, m*C, ...]. The
+        """Each replica's mean loss on its batch (x [k, B, C, ...], y [k, B]), computed by the
+        grouped model on the replicas' inputs side by side as channels: [B, k*C, ...]. The
         same call as the vmapped loss (`_batched`)."""
-        m = y.shape[0]
+        k = y.shape[0]
         logits = functional_call(
-            self._grouped, (params, buffers), (x.transpose(0, 1).flatten(1, 2),)
-        )  # [B, m * classes]
-        per_sample = F.cross_entropy(
-            logits.unflatten(1, (m, -1)).permute(0, 2, 1), y.t(), reduction="none"
-        )  # [B, m]
-        return per_sample.mean(0)
+            self._grouped_model(k), (params, buffers), (x.transpose(0, 1).flatten(1, 2),)
+        )  # [B, k * classes]
+        # each replica's loss on its own [B, classes]: one kernel over all k x B rows would put
+        # a replica's rows in its vectorised body or its scalar tail depending on k
+        return torch.stack(
+            [
+                F.cross_entropy(out, target)
+                for out, target in zip(logits.unflatten(1, (k, -1)).unbind(1), y, strict=True)
+            ]
+        )
 
     def optimizer_step(self, rank: int, optimizer: torch.optim.Optimizer) -> None:
         """The loop's `optimizer.step()` for worker `rank`. When the m workers' optimizers are
@@ -221,17 +375,27 @@ class BatchedSteps:
         parameters, gradients and momentum buffers updates all m at once (measured at 16
         workers: their m steps through the interpreter took about as long as the batched
         forward and backward). Otherwise each worker steps its own optimizer, as unbatched."""
-        if not self.groups[rank].collective("optimizer step", optimizer, self._sgd_step):
+        if rank not in self.groups[rank].collective("optimizer step", optimizer, self._sgd_step):
             optimizer.step()
 
-    def _sgd_step(self, op) -> bool:
-        optimizers: list[torch.optim.Optimizer] = op.inputs
-        plan = self._sgd_plan(optimizers)
+    def _sgd_step(self, op) -> set[int]:
+        """One update per run of the stacked rows of its workers; returns the ranks it
+        updated (the others step their own optimizer)."""
+        done: set[int] = set()
+        for a in range(0, self.m, self.block):
+            rows = range(a, a + self.block)
+            optimizers = [op.inputs[r] for r in rows]
+            if None not in optimizers and self._sgd_run(a // self.block, rows, optimizers):
+                done.update(rows)
+        return done
+
+    def _sgd_run(self, run: int, rows: range, optimizers: list[torch.optim.Optimizer]) -> bool:
+        plan = self._sgd_plan(rows, optimizers)
         if plan is None:
             return False
         with torch.no_grad():
-            for hyper, names, rows, grads, buffers in plan:
-                params = [self.params[name] for name in names]
+            for hyper, names, replicas_of, grads, buffers in plan:
+                params = [self.params[name][rows.start : rows.stop] for name in names]
                 # torch's fused kernel: one pass over memory instead of foreach's several (4x
                 # faster on the stacked tensors of 16 width-8 ResNet-18s). It needs all of a
                 # group's buffers or none (the first step), and may round differently from
@@ -254,22 +418,24 @@ class BatchedSteps:
                     continue
                 # each worker's optimizer state holds its row of the stacked buffer, where its
                 # own step would have left a buffer (checkpoints copy it out: loop.capture)
-                for name, replicas, buffer in zip(names, rows, buffers, strict=True):
-                    if self.momentum.get(name) is buffer:
+                for name, replicas, buffer in zip(names, replicas_of, buffers, strict=True):
+                    if self.momentum.get((run, name)) is buffer:
                         continue
-                    self.momentum[name] = buffer
-                    self._buffer_rows[name] = buffer.unbind(0)
+                    self.momentum[run, name] = buffer
+                    self._buffer_rows[run, name] = buffer.unbind(0)
                     for opt, p, row in zip(
-                        optimizers, replicas, self._buffer_rows[name], strict=True
+                        optimizers, replicas, self._buffer_rows[run, name], strict=True
                     ):
                         opt.state[p]["momentum_buffer"] = row
         return True
 
-    def _sgd_plan(self, optimizers: list[torch.optim.Optimizer]):
-        """[(settings, names, each name's m parameters, stacked gradients, stacked momentum
-        buffers or None)] per param group, or None where one update of the stacked tensors
-        cannot stand for the m steps: another optimizer, settings or parameters that differ
-        between workers, step hooks, a gradient on some workers only."""
+    def _sgd_plan(self, rows: range, optimizers: list[torch.optim.Optimizer]):
+        """[(settings, names, each name's parameters of the workers `rows` (one run's), their
+        stacked gradients, stacked momentum buffers or None)] per param group, or None where
+        one update of the stacked tensors cannot stand for the run's steps: another optimizer,
+        settings or parameters that differ between workers, step hooks, a gradient on some
+        workers only."""
+        run = rows.start // self.block
         first = optimizers[0]
         if (
             any(
@@ -291,15 +457,16 @@ class BatchedSteps:
                 g[k] != v for g in groups[1:] for k, v in hyper.items()
             ):
                 return None
-            names = self._names(groups)
+            names = self._names(rows, groups)
             if names is None:
                 return None
             entry = (hyper, [], [], [], [])
             for name, *replicas in zip(names, *(g["params"] for g in groups), strict=True):
                 row_grads = [p.grad for p in replicas]
                 fresh = self._grad_rows.get(name)
+                fresh = None if fresh is None else fresh[rows.start : rows.stop]
                 if fresh is not None and all(g is f for g, f in zip(row_grads, fresh, strict=True)):
-                    stacked = self.params[name].grad
+                    stacked = self.params[name].grad[rows.start : rows.stop]
                 elif all(g is None for g in row_grads):
                     continue  # SGD skips a parameter without a gradient
                 elif any(g is None or g.is_sparse for g in row_grads):
@@ -312,11 +479,11 @@ class BatchedSteps:
                         (o.state.get(p) or {}).get("momentum_buffer")
                         for o, p in zip(optimizers, replicas, strict=True)
                     ]
-                    kept = self._buffer_rows.get(name)
+                    kept = self._buffer_rows.get((run, name))
                     if kept is not None and all(
                         b is k for b, k in zip(row_bufs, kept, strict=True)
                     ):
-                        buffer = self.momentum[name]
+                        buffer = self.momentum[run, name]
                     elif any(b is not None for b in row_bufs):
                         if any(b is None for b in row_bufs):
                             return None
@@ -327,12 +494,13 @@ class BatchedSteps:
             plan.append(entry)
         return plan
 
-    def _names(self, groups: list[dict]) -> list[str] | None:
-        """The parameter names of one param group, the same on every worker, or None."""
-        names = [self._name_of[0].get(id(p)) for p in groups[0]["params"]]
+    def _names(self, rows: range, groups: list[dict]) -> list[str] | None:
+        """The parameter names of one param group, the same on every worker of `rows`, or
+        None."""
+        names = [self._name_of[rows[0]].get(id(p)) for p in groups[0]["params"]]
         if None in names:
             return None
-        for r, g in enumerate(groups[1:], 1):
+        for r, g in zip(rows[1:], groups[1:], strict=True):
             if [self._name_of[r].get(id(p)) for p in g["params"]] != names:
                 return None
         return names
@@ -431,7 +599,12 @@ class _GroupedBatchNorm2d(nn.Module):
 
 
 class _GroupedLinear(nn.Module):
-    """m Linear replicas: [B, m * in] -> [B, m * out], weight [m, out, in], bias [m, out]."""
+    """m Linear replicas: [B, m * in] -> [B, m * out], weight [m, out, in], bias [m, out].
+
+    One batched matrix product per replica, [B, in + 1] @ [in + 1, out], the bias as the
+    weight of a column of ones: each replica's numbers, bias gradient included, are then the
+    same whatever m (seeds in lock-step). Adding the bias [m, out] across the batch instead
+    sums its gradient over a [B, m, out] tensor, whose reduction order depends on m."""
 
     def __init__(self, m: int):
         super().__init__()
@@ -439,10 +612,12 @@ class _GroupedLinear(nn.Module):
         _placeholders(self)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        out = torch.einsum("bmi,moi->bmo", x.unflatten(1, (self.m, -1)), self.weight)
+        x = x.unflatten(1, (self.m, -1)).transpose(0, 1)  # [m, B, in]
+        weight = self.weight.transpose(1, 2)  # [m, in, out]
         if self.bias is not None:
-            out = out + self.bias
-        return out.flatten(1)
+            x = torch.cat([x, x.new_ones(*x.shape[:2], 1)], dim=2)
+            weight = torch.cat([weight, self.bias.unsqueeze(1)], dim=1)
+        return torch.bmm(x, weight).transpose(0, 1).flatten(1)  # [B, m * out]
 
 
 # The devices torch's fused SGD kernel takes, asked of the torch installed (not assumed: its

@@ -15,6 +15,13 @@ AUTO_MIN_WORKERS_CPU = 8
 CHOICES = ("auto", "true", "false")
 
 
+def lockstep_seeds(cfg: dict[str, Any]) -> int:
+    """cluster.lockstep_seeds: the most seeds of one config a sweep trains in one batched pass
+    (experiments/workers/sim.py); 1 where the cluster has no in-process workers."""
+    c = cfg["cluster"]
+    return int(c.get("lockstep_seeds") or 1) if c.get("in_process") else 1
+
+
 def choice(cfg: dict[str, Any]) -> str:
     """cluster.batched as one of CHOICES (a YAML boolean or its spelling as a string)."""
     return str(cfg["cluster"].get("batched", "auto")).lower()
@@ -23,6 +30,9 @@ def choice(cfg: dict[str, Any]) -> str:
 def check(cfg: dict[str, Any], algorithm_config: type) -> None:
     """One-line errors for a configuration that cluster.batched cannot run (`algorithm_config`:
     the algorithm's Config class, or its rule class: both tell `checkpoint_anywhere`)."""
+    seeds = cfg["cluster"].get("lockstep_seeds", 1)
+    if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
+        raise UserError(f"cluster.lockstep_seeds must be a whole number >= 1, got {seeds!r}")
     value = choice(cfg)
     if value not in CHOICES:
         raise UserError(

@@ -101,77 +101,146 @@ def run(cfg: dict[str, Any], run_dir: Path, bundle, train_worker: Callable) -> b
     `train_worker` (experiments/runner.py's, passed in: this room sits below the runner); rank
     0 writes the records. Returns whether a Ctrl-C came (as `dist.spawn`). Raises `WorkerFailed`
     when a worker failed, `Cancelled` on a hard Ctrl-C."""
-    from experiments.store.checkpoint import Stopper
+    (outcome,) = run_lockstep([(cfg, run_dir, bundle)], train_worker)
+    if isinstance(outcome, BaseException):
+        raise outcome
+    return outcome
+
+
+def lockstep(cfg: dict[str, Any], device: torch.device | None = None) -> bool:
+    """Whether the runs of `cfg` and of its other seeds can train in lock-step, one batched
+    pass for all (`run_lockstep`): the workers' batched passes are wanted (batched.py), which
+    needs an algorithm whose workers compute every step together."""
+    from algorithms import REGISTRY
+    from experiments.workers.batched import wanted
+
+    if not cfg["cluster"].get("in_process"):
+        return False
+    return wanted(cfg, REGISTRY[cfg["algorithm"]["name"]], device or device_of(cfg))
+
+
+def run_lockstep(
+    runs: list[tuple[dict[str, Any], Path, Any]], train_worker: Callable
+) -> list[bool | BaseException]:
+    """Train S runs of one config that differ only in their seed, S x m worker threads, their
+    forward and backward passes (and SGD steps) one batched pass over S x m stacked replicas
+    (`BatchedSteps` with a block per run; `runs`: each one's config, directory and data):
+    each run with its own collectives, stop requests,
+    data, random streams, clock and records, its numbers bit for bit those of the run alone
+    (batched.py). With one run, the run as `run` trains it. Returns per run whether a Ctrl-C
+    came, or the error that ended it (`WorkerFailed`, `Cancelled`); a run that fails or
+    diverges leaves the batched pass, the others go on."""
+    from experiments.store.checkpoint import STOP_SIGNALS, Stopper
     from experiments.workers.dist import CONTROL_TIMEOUT_S, Worker
     from experiments.workers.startup import defer_dynamo
 
     defer_dynamo()  # no torch._dynamo import on the optimizer path (experiments/workers/startup.py)
-    m = cfg["workers"]
-    device = device_of(cfg)
-    timeout = float(cfg["dist_timeout_s"])
-    groups = ThreadGroup.create(m, timeout, device, name="collectives")
-    from algorithms import REGISTRY
-    from experiments.workers.batched import BatchedSteps, wanted
-
+    first = runs[0][0]
+    m = first["workers"]
+    device = device_of(first)
+    timeout = float(first["dist_timeout_s"])
+    if any(cfg["workers"] != m for cfg, _, _ in runs):
+        raise ValueError("runs in lock-step have the same number of workers")
     batched = None
-    if wanted(cfg, REGISTRY[cfg["algorithm"]["name"]], device):  # workers/batched.py
-        batched = BatchedSteps(m, timeout)
-    controls = ThreadGroup.create(m, max(timeout, CONTROL_TIMEOUT_S), "cpu", name="control")
-    stoppers = [
-        Stopper(
-            rank=r,
-            world_size=m,
-            group=controls[r],
-            poll_steps=cfg["checkpoint"]["poll_steps"],
-            anywhere=True,
-            simulate_at_step=cfg["checkpoint"].get("simulate_signal_at_step"),
-            checkpoint_on_interrupt=cfg["checkpoint_every"] > 0,
-            timeout_s=timeout,
-        )
-        for r in range(m)
-    ]
-    failures: list[tuple[int, BaseException, str]] = []
+    if lockstep(first, device):  # workers/batched.py
+        from experiments.workers.batched import BatchedSteps
+
+        batched = BatchedSteps(m * len(runs), timeout, block=m)
+    elif len(runs) > 1:
+        raise ValueError("these runs cannot train in lock-step (sim.lockstep)")
+
+    class Seed:
+        """One run's workers: their groups, stop requests and failures."""
+
+        def __init__(self, index: int, cfg: dict[str, Any], run_dir: Path, bundle):
+            self.index, self.cfg, self.run_dir, self.bundle = index, cfg, run_dir, bundle
+            self.groups = ThreadGroup.create(m, timeout, device, name="collectives")
+            self.controls = ThreadGroup.create(
+                m, max(timeout, CONTROL_TIMEOUT_S), "cpu", name="control"
+            )
+            self.stoppers = [
+                Stopper(
+                    rank=r,
+                    world_size=m,
+                    group=self.controls[r],
+                    poll_steps=cfg["checkpoint"]["poll_steps"],
+                    anywhere=True,
+                    simulate_at_step=cfg["checkpoint"].get("simulate_signal_at_step"),
+                    checkpoint_on_interrupt=cfg["checkpoint_every"] > 0,
+                    timeout_s=timeout,
+                )
+                for r in range(m)
+            ]
+            self.failures: list[tuple[int, BaseException, str]] = []
+
+            self.threads: list[threading.Thread] = []
+
+        def abort(self, message: str, error: type[BaseException] = PeerFailed) -> None:
+            self.groups[0].abort(message, error)
+            self.controls[0].abort(message, error)
+
+        def give_up(self) -> None:
+            """Its threads still alive after the grace: the other runs' passes go on
+            without them (a run alone has no other)."""
+            if batched is not None:
+                for r in range(m):
+                    batched.leave(self.index * m + r)
+
+    seeds = [Seed(i, *run) for i, run in enumerate(runs)]
+    shared = SharedCalibration() if len(seeds) > 1 else None
     lock = threading.Lock()
 
-    def abort(message: str, error: type[BaseException] = PeerFailed) -> None:
-        groups[0].abort(message, error)
-        controls[0].abort(message, error)
+    def abort_all(message: str, error: type[BaseException] = PeerFailed) -> None:
+        for seed in seeds:
+            seed.abort(message, error)
         if batched is not None:  # workers waiting for a batched pass stop too
             batched.abort(message, error)
 
-    def worker(rank: int) -> None:
-        use(groups[rank])  # a `Comm()` made in this thread talks to the other threads
+    def worker(seed: Seed, rank: int) -> None:
+        use(seed.groups[rank])  # a `Comm()` made in this thread talks to the other threads
         clean = False
         try:
             worker_id = Worker(rank, m, rank, m, external=False)
             train_worker(
-                cfg,
-                run_dir,
+                seed.cfg,
+                seed.run_dir,
                 worker_id,
                 "sim",
-                bundle,
-                stoppers[rank],
-                groups[rank],
+                seed.bundle,
+                seed.stoppers[rank],
+                seed.groups[rank],
                 device,
                 batched=batched,
+                batched_rank=seed.index * m + rank,
+                shared_calibration=None if shared is None else shared.for_run(seed.index),
             )
             clean = True
         except BaseException as e:
             with lock:
-                failures.append((rank, e, traceback.format_exc()))
+                seed.failures.append((rank, e, traceback.format_exc()))
             if not isinstance(e, PeerFailed | KeyboardInterrupt):
-                abort(f"rank {rank} failed: {type(e).__name__}: {e}")
+                seed.abort(f"rank {rank} failed: {type(e).__name__}: {e}")
         finally:
+            if batched is not None:  # the other runs' passes go on without this worker
+                batched.leave(seed.index * m + rank)
+            if shared is not None and seed.index == 0:
+                shared.release()
             try:
-                stoppers[rank].close(clean)
+                seed.stoppers[rank].close(clean)
             except Exception:  # a peer gone at the last poll: the failure is reported above
                 pass
             use(None)
 
-    threads = [
-        threading.Thread(target=worker, args=(r,), name=f"commsgd-worker-{r}", daemon=True)
-        for r in range(m)
-    ]
+    for seed in seeds:
+        seed.threads = [
+            threading.Thread(
+                target=worker,
+                args=(seed, r),
+                name=f"commsgd-worker-{r}" + (f"-run-{seed.index}" if len(seeds) > 1 else ""),
+                daemon=True,
+            )
+            for r in range(m)
+        ]
     interrupted: list[int] = []
 
     def forward(signum: int, frame) -> None:
@@ -179,58 +248,117 @@ def run(cfg: dict[str, Any], run_dir: Path, bundle, train_worker: Callable) -> b
         if signum == signal.SIGINT:
             interrupted.append(signum)
         hard = False
-        for stopper in stoppers:
-            try:
-                stopper._handler(signum, frame)
-            except KeyboardInterrupt:  # a second Ctrl-C, or one without checkpointing
-                hard = True
+        for seed in seeds:
+            for stopper in seed.stoppers:
+                try:
+                    stopper._handler(signum, frame)
+                except KeyboardInterrupt:  # a second Ctrl-C, or one without checkpointing
+                    hard = True
         if hard:
             raise KeyboardInterrupt
 
-    from experiments.store.checkpoint import STOP_SIGNALS
-
     in_main = threading.current_thread() is threading.main_thread()
     previous = {}
-    if in_main and cfg["checkpoint"]["on_signal"]:
+    if in_main and first["checkpoint"]["on_signal"]:
         previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     threads_before = torch.get_num_threads()
     # batched: one thread at a time runs the heavy pass (all m workers'), on every core
     share = (os.cpu_count() or 1) // (1 if batched is not None else m)
-    torch.set_num_threads(cfg.get("threads_per_worker") or max(1, share))
+    torch.set_num_threads(first.get("threads_per_worker") or max(1, share))
     try:
-        for t in threads:
-            t.start()
-        _join(threads, failures)
+        for seed in seeds:
+            for t in seed.threads:
+                t.start()
+        _join(seeds)
     except KeyboardInterrupt:
-        abort("the run was stopped by Ctrl-C", KeyboardInterrupt)
-        _join(threads, failures, grace_s=GRACE_S)
-        raise Cancelled("interrupted by Ctrl-C (no checkpoint: checkpoint_every=0)") from None
+        abort_all("the run was stopped by Ctrl-C", KeyboardInterrupt)
+        _join(seeds, grace_s=GRACE_S)
+        cancelled = Cancelled("interrupted by Ctrl-C (no checkpoint: checkpoint_every=0)")
+        return [cancelled for _ in seeds]
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         torch.set_num_threads(threads_before)
-    if failures:
-        rank, error, trace = _root_cause(failures)
-        if isinstance(error, KeyboardInterrupt) and interrupted:
-            raise Cancelled("interrupted by Ctrl-C (no checkpoint: checkpoint_every=0)")
-        if isinstance(error, OneLine):  # its message is all the user needs (a full disk)
-            raise error
-        cause = f"{type(error).__name__}: {error}".splitlines()[0]
-        raise WorkerFailed(f"worker {rank} (rank {rank}) failed: {cause}", trace.rstrip())
-    return bool(interrupted)
+    return [_outcome(seed.failures, bool(interrupted)) for seed in seeds]
 
 
-def _join(threads: list[threading.Thread], failures: list, grace_s: float | None = None) -> None:
-    """Wait for every thread; after the first failure, at most GRACE_S more (`grace_s`: at
-    most that long from now)."""
-    deadline = None if grace_s is None else time.monotonic() + grace_s
-    while any(t.is_alive() for t in threads):
-        if failures and deadline is None:
-            deadline = time.monotonic() + GRACE_S
-        if deadline is not None and time.monotonic() > deadline:
+def _outcome(failures: list[tuple[int, BaseException, str]], interrupted: bool):
+    """What `run` returns (whether a Ctrl-C came) or raises for one run's failures."""
+    if not failures:
+        return interrupted
+    rank, error, trace = _root_cause(failures)
+    if isinstance(error, KeyboardInterrupt) and interrupted:
+        return Cancelled("interrupted by Ctrl-C (no checkpoint: checkpoint_every=0)")
+    if isinstance(error, OneLine):  # its message is all the user needs (a full disk)
+        return error
+    cause = f"{type(error).__name__}: {error}".splitlines()[0]
+    return WorkerFailed(f"worker {rank} (rank {rank}) failed: {cause}", trace.rstrip())
+
+
+class SharedCalibration:
+    """The virtual clock's calibration of seeds in lock-step, measured once: the first run's
+    workers measure (experiments/training/calibrate.py, their agreed result), the other runs'
+    workers wait for it and take it. Why: each run's calibration steps are unbatched copies of
+    its workers' steps, S times the work for a number that measures the same config on the same
+    machine (as two runs alone measure it, to the noise). Should the first run fail before it
+    has a result, each other run measures its own."""
+
+    def __init__(self) -> None:
+        self._done = threading.Event()
+        self._lock = threading.Lock()
+        self._result: Any = None
+
+    def for_run(self, index: int) -> Callable[[Callable[[], Any]], Any]:
+        """What run `index`'s workers call with their own measurement."""
+
+        def calibration(measure: Callable[[], Any]) -> Any:
+            if index == 0:
+                try:
+                    result = measure()
+                except BaseException:
+                    self._publish(None)
+                    raise
+                self._publish(result)
+                return result
+            self._done.wait()
+            return self._result if self._result is not None else measure()
+
+        return calibration
+
+    def _publish(self, result: Any) -> None:
+        with self._lock:
+            if not self._done.is_set():
+                self._result = result
+                self._done.set()
+
+    def release(self) -> None:
+        """The first run's workers have all ended: nobody waits for a result that won't come."""
+        self._publish(None)
+
+
+def _join(runs: list, grace_s: float | None = None) -> None:
+    """Wait for every run's threads (`runs`: each with `threads`, `failures` and `give_up()`);
+    after a run's first failure, at most GRACE_S more for its threads (`grace_s`: every run's,
+    at most that long from now), then `give_up()` on those still alive: a thread stuck outside
+    any collective cannot be killed, so the others go on without it."""
+    now = time.monotonic()
+    deadlines = {id(r): now + grace_s for r in runs} if grace_s is not None else {}
+    while True:
+        waiting = []
+        for r in runs:
+            if not any(t.is_alive() for t in r.threads):
+                continue
+            if r.failures and id(r) not in deadlines:
+                deadlines[id(r)] = time.monotonic() + GRACE_S
+            if id(r) in deadlines and time.monotonic() > deadlines[id(r)]:
+                r.give_up()
+                continue
+            waiting.append(r)
+        if not waiting:
             return
-        for t in threads:
-            t.join(timeout=0.05)
+        for r in waiting:
+            for t in r.threads:
+                t.join(timeout=0.05 / len(waiting))
 
 
 def _root_cause(failures: list[tuple[int, BaseException, str]]):

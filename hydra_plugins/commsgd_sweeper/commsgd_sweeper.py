@@ -159,6 +159,8 @@ class CommsgdSweeper(Sweeper):
         points, varying = self.points(arguments)
         outcomes: list[Outcome] = []
         to_launch: list[tuple[list[str], Outcome]] = []
+        configs: dict[int, dict[str, Any]] = {}  # id(outcome) -> the point's resolved config
+        composed: dict[int, DictConfig] = {}  # id(outcome) -> its composed config
         planned: dict[Path, str] = {}  # run directory -> the point that runs it
         group = self._group(arguments, varying, started)
         over = f" over {', '.join(varying)}" if varying else ""
@@ -187,11 +189,15 @@ class CommsgdSweeper(Sweeper):
                 continue
             if group is not None and point.config["experiment_name"] == "default":
                 overrides = [*overrides, f"wandb.group='{group}'"]
+                OmegaConf.update(cfg, "wandb.group", group, force_add=True)
             outcome.status = "launched"
             to_launch.append((overrides, outcome))
+            configs[id(outcome)] = point.config
+            composed[id(outcome)] = cfg
 
         record = self._record_dir(started)
         try:
+            to_launch = self._lockstep(to_launch, configs, composed, describe)
             self._launch(to_launch, describe)
         finally:  # also when a stop request (SystemExit) ends the sweep
             self._write_record(record, arguments, outcomes)
@@ -230,6 +236,115 @@ class CommsgdSweeper(Sweeper):
                 else:
                     outcome.status, outcome.exit_code = "failed", 1
                     outcome.error = describe(result._return_value)
+
+    def _lockstep(
+        self,
+        to_launch: list[tuple[list[str], Outcome]],
+        configs: dict[int, Any],
+        composed: dict[int, DictConfig],
+        describe,
+    ) -> list[tuple[list[str], Outcome]]:
+        """Run together, in this process, the points that differ only in their seed, where the
+        workers are threads of this process (cluster=sim with Hydra's basic launcher) and can
+        compute in lock-step (experiments/workers/sim.py, run_lockstep; cluster.lockstep_seeds
+        at a time). Returns the points left to the launcher: the others, each alone."""
+        import json
+
+        launcher = str(self.config.hydra.launcher.get("_target_", ""))
+        if not launcher.endswith("BasicLauncher"):
+            return to_launch
+        from experiments.workers.options import lockstep_seeds
+
+        groups: dict[str, list[tuple[list[str], Outcome]]] = {}
+        alone: list[tuple[list[str], Outcome]] = []
+        refused: set[str] = set()
+        for overrides, outcome in to_launch:
+            plain = configs[id(outcome)]
+            if lockstep_seeds(plain) < 2:
+                alone.append((overrides, outcome))
+                continue
+            from experiments.workers import sim
+
+            if not sim.lockstep(plain):
+                refused.add(plain["algorithm"]["name"])
+                alone.append((overrides, outcome))
+                continue
+            rest = {k: v for k, v in plain.items() if k != "seed"}
+            groups.setdefault(json.dumps(rest, sort_keys=True, default=str), []).append(
+                (overrides, outcome)
+            )
+        if refused:
+            print(
+                f"lockstep: {', '.join(sorted(refused))} cannot train seeds in lock-step (its "
+                "workers' collectives start at rank-dependent steps, or cluster.batched=false): "
+                "one run per seed",
+                flush=True,
+            )
+        for members in groups.values():
+            size = lockstep_seeds(configs[id(members[0][1])])
+            for start in range(0, len(members), size):
+                chunk = members[start : start + size]
+                if len(chunk) == 1:
+                    alone.extend(chunk)
+                else:
+                    self._run_lockstep(chunk, composed, describe)
+        order = {id(o): i for i, (_, o) in enumerate(to_launch)}
+        return sorted(alone, key=lambda item: order[id(item[1])])
+
+    def _run_lockstep(
+        self, chunk: list[tuple[list[str], Outcome]], composed: dict[int, DictConfig], describe
+    ) -> None:
+        """The points of `chunk` (seeds of one config) trained together; a stop (a signal,
+        Ctrl-C) ends the sweep as it ends a job (run.py's exit codes)."""
+        from hydra.core.hydra_config import HydraConfig
+        from omegaconf import open_dict
+
+        from experiments.errors import (
+            EXIT_CANCELLED,
+            EXIT_STOPPED,
+            Cancelled,
+            Interrupted,
+            WorkerFailed,
+        )
+        from experiments.runner import run_lockstep
+
+        assert self.hydra_context is not None and self.config is not None
+        points = []
+        for overrides, outcome in chunk:
+            cfg = composed[id(outcome)]  # composed and checked above
+            with open_dict(cfg):
+                cfg.hydra.runtime.output_dir = outcome.run_dir
+                cfg.hydra.job.override_dirname = ",".join(overrides)
+            HydraConfig.instance().set_config(cfg)  # what Hydra's launcher does for a job
+            job = OmegaConf.masked_copy(cfg, [k for k in cfg if k != "hydra"])
+            files = {
+                "config.yaml": OmegaConf.to_yaml(job),
+                "hydra.yaml": OmegaConf.to_yaml(OmegaConf.masked_copy(cfg, ["hydra"])),
+                "overrides.yaml": OmegaConf.to_yaml(list(overrides)),
+            }
+            points.append((job, Path(str(outcome.run_dir)), files, outcome))
+        try:
+            results = run_lockstep([p[:3] for p in points])
+        except Interrupted as e:
+            if not e.said:
+                print(str(e), file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_STOPPED) from None
+        except Cancelled as e:
+            print(f"error: {e}", file=sys.stderr, flush=True)
+            raise SystemExit(EXIT_CANCELLED) from None
+        except Exception as e:  # the lock-step itself failed: every point of it
+            if isinstance(e, WorkerFailed) and e.details:
+                print(e.details, file=sys.stderr)
+            for *_, outcome in points:
+                outcome.status, outcome.exit_code = "failed", 1
+                outcome.error = describe(e)
+            return
+        for (*_, outcome), value in zip(points, results, strict=True):
+            outcome.status = str(value.get("status"))
+            outcome.run_dir = value.get("run_dir", outcome.run_dir)
+            if outcome.status == "failed":
+                outcome.error = value.get("error")
+                outcome.exit_code = int(value.get("exit_code", 1))
 
     # --- helpers ----------------------------------------------------------------------------
 
