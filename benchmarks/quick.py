@@ -11,7 +11,14 @@ Rows (the full bench's workloads and figures, fewer epochs and repetitions):
 - fixed cost of a run, cluster=sim / cluster=local (a run that is nothing but start-up), and the
   two seconds against the full bench's targets;
 - overlap_local_sgd and sync_sgd: extra peak memory per worker in model copies (fresh worker
-  processes per measurement, benchmarks/memory.py).
+  processes per measurement, benchmarks/memory.py);
+- seeds in lock-step: the wall time of LOCKSTEP_SEEDS seeds of the demo config trained in
+  lock-step (one `python run.py -m ... seed=0,...,7`) against one seed (`python run.py`),
+  interleaved (experiments/workers/sim.py, run_lockstep);
+- sweep efficiency: the demo sweep (`python run.py -m experiment=demo cluster=sim`, its 30
+  points) once: the training time its runs measured (each run's steps x its calibrated step
+  time, `compute/measured_step_s`: what the run would take to train at its own speed with no
+  overhead) over the sweep's wall time, and what each point costs beyond that.
 
 Each timed row interleaves A and B (A B, B A, ...) for at least `reps` pairs, then adds pairs
 until its interval is within +-2%, `max_reps` pairs were made, or its share of the time budget
@@ -34,7 +41,11 @@ from benchmarks import harness as h
 #: `reps` pairs aside (always made). Sized on this project's 2 cores, idle: one sync_sgd / DDP
 #: pair ~32 s, local_sgd / plain ~13 s, an overlap pair ~14 s, a sim / local pair ~5 s, a
 #: memory measurement ~9 s; the whole bench ~7 minutes, leaving room for a loaded machine.
-ROW_BUDGET_S = {"sync": 150.0, "local": 75.0, "overlap": 75.0, "sim": 40.0}
+ROW_BUDGET_S = {"sync": 110.0, "local": 60.0, "overlap": 60.0, "sim": 30.0, "lockstep": 80.0}
+#: Seeds of row (a), the issue's S; the demo config's algorithm in it.
+LOCKSTEP_SEEDS = 8
+LOCKSTEP_RUN = ["experiment=demo", "cluster=sim", "algorithm=local_sgd"]
+SMOKE_LOCKSTEP_RUN = [*LOCKSTEP_RUN, "epochs=1", "scale.step_time_s=0.01"]
 MEMORY_ALGORITHMS = ("sync_sgd", "overlap_local_sgd")
 #: Epochs of the runs (the full bench: 16, 16 and 6). The overhead rows leave epoch 1 out.
 EPOCHS = {"sync": 6, "local": 6, "overlap": 4}
@@ -50,6 +61,8 @@ ROWS = (
     "fixed cost of a run, cluster=sim / cluster=local",
     "sync_sgd: extra peak memory per worker (model copies)",
     "overlap_local_sgd: extra peak memory per worker (model copies)",
+    f"seeds in lock-step: {LOCKSTEP_SEEDS} seeds / 1 seed, wall time",
+    "sweep efficiency: the runs' measured training time / the sweep's wall time",
 )
 
 INTRO = """\
@@ -151,8 +164,9 @@ class _Table:
         target: str,
         limit: float | None,
         full: str,
+        at_least: bool = False,
     ) -> None:
-        fig = f.Figure(name, value, target, limit, interval=interval)
+        fig = f.Figure(name, value, target, limit, at_least=at_least, interval=interval)
         fig.reps = len(per_rep)
         self.sec.figures.append(fig)
         self.sec.rows.append(
@@ -355,6 +369,58 @@ def run(s: f.Settings) -> f.Section:
         "full bench measures every algorithm in one set of processes, where the plain peak "
         "grows after some algorithms, so its peak / plain is not comparable, its extra peak "
         "in model copies is. The value hardly varies: peak memory does not depend on the load."
+    )
+    # 6. seeds in lock-step: S seeds of the demo config in one batched pass against one seed
+    run = SMOKE_LOCKSTEP_RUN if s.smoke else LOCKSTEP_RUN
+    seeds = ",".join(str(i) for i in range(LOCKSTEP_SEEDS))
+    xs, ys = table.interleave(
+        "lockstep",
+        lambda: f._wall_of_run(["-m", *run, f"seed={seeds}"]),
+        lambda: f._wall_of_run([*run, "seed=0"]),
+        _scalar_spread,
+    )
+    pairs = list(zip(xs, ys, strict=True))
+    table.add(
+        ROWS[6],
+        " ".join(run) + " (W&B off)",
+        f"{h.median(xs):.1f} s for {LOCKSTEP_SEEDS} seeds",
+        f"{h.median(ys):.1f} s for 1 seed",
+        _median_ratio(pairs),
+        h.bootstrap_interval(pairs, _median_ratio),
+        [x / y for x, y in pairs],
+        "<= 2.5",
+        2.5,
+        "new in issue 34 (no full-bench figure)",
+    )
+    # 7. sweep efficiency of the demo sweep (one sweep: ~1.5 minutes)
+    t0 = time.perf_counter()
+    demo = ["experiment=demo", "cluster=sim"] + (["epochs=1"] if s.smoke else [])
+    runs = h.suite(demo, multirun=True)
+    wall = time.perf_counter() - t0
+    table.times["sweep"] = wall
+    trained = sum(r.steps * r.summary["compute/measured_step_s"] for r in runs)
+    efficiency = trained / wall
+    table.add(
+        ROWS[7],
+        f"python run.py -m {' '.join(demo)} (W&B off): {len(runs)} runs",
+        f"{trained:.0f} s measured training",
+        f"{wall:.0f} s wall",
+        efficiency,
+        (efficiency, efficiency),
+        [efficiency],
+        ">= 0.8",
+        0.8,
+        "new in issue 34; before it: about 0.4 (the issue's measurement)",
+        at_least=True,
+    )
+    sec.notes.append(
+        f"Sweep efficiency: one sweep (no interval: a 30-point sweep is the measurement); "
+        f"beyond its runs' measured training it cost {wall - trained:.0f} s, "
+        f"{(wall - trained) / max(len(runs), 1):.2f} s a point: start-up and composition once, "
+        "then per point its pre-flight check, records and evaluation set-up, and per "
+        "lock-step its threads, stacked replicas and one calibration; OSP and LOSP (no "
+        "lock-step) run one seed at a time. A figure above 1 means seeds in lock-step trained "
+        "faster together than each would alone."
     )
     sec.notes.append(
         "Rows' wall-clock: "

@@ -40,6 +40,18 @@ Numbers: the same update rules on the same data; the batched kernels sum in anot
 the per-replica ones, so values agree to rounding, not bit for bit (float64: ~1e-15 per step,
 tests/test_batched.py). A batch whose shape differs between workers (an epoch's last, partial
 batch on shards of unequal size) is computed replica by replica on the same stacked tensors.
+Evaluation is batched too (`loss_and_correct`): the workers' own models from their rows, a
+consensus copy's parameters stacked for the pass.
+
+Seeds in lock-step (`block`, experiments/workers/sim.py `run_lockstep`): the S runs of a sweep
+that differ only in their seed stack their S x m replicas here. Each replica's numbers are then
+the ones its run computes alone (batched over its own m), bit for bit in float64
+(tests/test_lockstep.py, every algorithm that computes in lock-step): a grouped convolution
+computes each group apart whatever the number of groups, and everything that would reduce
+across replicas is laid out per replica (the linear head as one matrix product per replica,
+the loss replica by replica, the optimizer step one call per run, a run with a partial batch
+computed as that run alone computes it). In float32 oneDNN picks its convolution kernels by
+the number of groups: to rounding (~1e-7 relative, tests/test_lockstep.py FLOAT32_RTOL).
 A model that draws random numbers in its forward (dropout) is refused by vmap
 (`randomness="error"`): its streams could not match the per-replica ones.
 """

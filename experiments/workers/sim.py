@@ -41,7 +41,22 @@ better. It needs the workers in lock-step, so OSP and LOSP (collectives at rank-
 run with threads only. On a GPU, where m threads would queue m small kernels per operator
 through one interpreter, batched is the way to run the papers' 16 workers.
 `cluster.batched=auto` (the default) therefore batches on a GPU and, on a CPU, from
-AUTO_MIN_WORKERS_CPU workers, where the algorithm allows it.
+AUTO_MIN_WORKERS_CPU workers, where the algorithm allows it, and whenever seeds may train in
+lock-step (`cluster.lockstep_seeds` > 1, the default), so that a seed run alone computes what it
+computes among the others.
+
+Seeds in lock-step (`run_lockstep`, issue 34): a sweep's points that differ only in their seed
+(hydra_plugins/commsgd_sweeper, up to `cluster.lockstep_seeds` at a time) train in this process
+as S x m worker threads whose forward and backward passes, SGD steps and evaluations are one
+batched pass over S x m stacked replicas (batched.py). Each run keeps its own collectives, stop
+requests, data order, initial model, stragglers, virtual clock and records; its numbers are
+those of the run alone (float64 bit for bit). The runs share one calibration of the virtual
+clock (`SharedCalibration`: the first run's workers measure, the others take its values: the
+same config measured on the same machine) and one copy of the data. A run that diverges or
+fails leaves the pass (`BatchedSteps.leave`); the others go on, their records intact. Why: at
+the cpu scale a run's step is mostly per-operator overhead, so S runs in one pass cost far less
+than S runs (measured: 8 seeds of the demo config in ~2.7x the wall time of one,
+benchmarks/RESULTS-quick.md).
 """
 
 from __future__ import annotations
