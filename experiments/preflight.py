@@ -282,6 +282,7 @@ def validate(cfg: dict[str, Any]) -> None:
         make_clock(cfg, rank=0, m=cfg["workers"])
     except (ValueError, TypeError) as e:
         raise UserError(str(e)) from None
+    check_heterogeneity_applies(cfg)
     if cfg["wandb"]["mode"] not in WANDB_MODES:
         raise UserError(f"wandb.mode must be one of {', '.join(WANDB_MODES)}")
     validate_algorithm_numbers(cfg)
@@ -604,6 +605,27 @@ _TYPE_WORDS = {
     "Boolean": "true or false",
     "String": "a string",
 }
+
+
+def check_heterogeneity_applies(cfg: dict[str, Any]) -> None:
+    """Slow workers and stragglers (`compute.slowdown`, `compute.straggler_prob`) act on the
+    virtual clock (timing=virtual) or, on the real clock, through `emulate_compute=true` (the
+    slow workers sleep); on the real clock without it every worker computes at the machine's
+    speed and the keys would change nothing but the run's name: refused in one line."""
+    compute = cfg.get("compute") or {}
+    slowdown = compute.get("slowdown", "none")
+    slow = slowdown != "none" and not (
+        isinstance(slowdown, list) and all(float(x) == 1.0 for x in slowdown)
+    )
+    stragglers = float(compute.get("straggler_prob") or 0.0) > 0
+    if cfg["timing"] != "real" or cfg.get("emulate_compute") or not (slow or stragglers):
+        return
+    key = f"compute.slowdown={slowdown}" if slow else "compute.straggler_prob"
+    raise UserError(
+        f"{key} has no effect on the real clock (timing=real) without emulate_compute=true: "
+        "every worker computes at this machine's speed; add timing=virtual (the modeled clock) "
+        "or emulate_compute=true (the slow workers sleep)"
+    )
 
 
 def describe(error: BaseException) -> str:

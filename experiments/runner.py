@@ -606,6 +606,7 @@ def train_worker(
     batched=None,
     batched_rank: int | None = None,
     shared_calibration=None,
+    progress: bool | None = None,
 ) -> str:
     """Build this worker's data, model, optimizer and algorithm, resume from the run's
     checkpoint if there is one, train, and (rank 0) write the summary. Returns the status.
@@ -615,7 +616,8 @@ def train_worker(
     `batched`: the in-process workers' batched passes (experiments/workers/batched.py), or
     None; `batched_rank`: this worker's replica there (its rank, unless seeds train in
     lock-step: experiments/workers/sim.py); `shared_calibration`: the seeds' one calibration
-    there (sim.SharedCalibration)."""
+    there (sim.SharedCalibration); `progress`: whether rank 0 prints its progress line (None:
+    `cfg.progress`; seeds in lock-step: the first seed's only)."""
     from torch.utils.data import DataLoader, Subset
 
     from algorithms.comm import Comm
@@ -741,7 +743,7 @@ def train_worker(
         eval_every=cfg["eval_every"],
         schedule=schedule,
         dtype=dtype,
-        progress=cfg.get("progress", True),
+        progress=cfg.get("progress", True) if progress is None else progress,
         heartbeat=run_dir / HEARTBEAT if rank == 0 else None,
         forward_backward=None if batched is None else partial(batched.forward_backward, replica),
         optimizer_step=None if batched is None else partial(batched.optimizer_step, replica),

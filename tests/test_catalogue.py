@@ -299,6 +299,17 @@ add(
     ),
     V("slowdown", "compute.slowdown=bogus", r"^error: .*compute.slowdown.*bogus"),
     V(
+        "slowdown-on-the-real-clock",
+        "compute.slowdown=one_slow",
+        r"^error: compute.slowdown=one_slow has no effect on the real clock \(timing=real\) "
+        r"without emulate_compute=true",
+    ),
+    V(
+        "stragglers-on-the-real-clock",
+        "compute.straggler_prob=0.2",
+        r"^error: compute.straggler_prob has no effect on the real clock",
+    ),
+    V(
         "step-time-neg",
         "compute.step_time_s=-1",
         r"^error: compute.step_time_s must be a number > 0 or 'measured'",

@@ -228,6 +228,8 @@ def run_lockstep(
                 batched=batched,
                 batched_rank=seed.index * m + rank,
                 shared_calibration=None if shared is None else shared.for_run(seed.index),
+                # one progress line for the lock-step (the first seed's), not S interleaved
+                progress=None if seed.index == 0 else False,
             )
             clean = True
         except BaseException as e:
