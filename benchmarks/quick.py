@@ -45,7 +45,10 @@ ROW_BUDGET_S = {"sync": 110.0, "local": 60.0, "overlap": 60.0, "sim": 30.0, "loc
 #: Seeds of row (a), the issue's S; the demo config's algorithm in it.
 LOCKSTEP_SEEDS = 8
 LOCKSTEP_RUN = ["experiment=demo", "cluster=sim", "algorithm=local_sgd"]
-SMOKE_LOCKSTEP_RUN = [*LOCKSTEP_RUN, "epochs=1", "scale.step_time_s=0.01"]
+#: --smoke (the tests): two seeds of a tiny run, and a four-point sweep instead of the demo's 30
+SMOKE_LOCKSTEP_RUN = [*f.TINY_RUN, "cluster=sim", "algorithm=local_sgd"]
+SMOKE_LOCKSTEP_SEEDS = 2
+SMOKE_SWEEP = [*f.TINY_RUN, "cluster=sim", "algorithm=local_sgd,osp", "seed=0,1"]
 MEMORY_ALGORITHMS = ("sync_sgd", "overlap_local_sgd")
 #: Epochs of the runs (the full bench: 16, 16 and 6). The overhead rows leave epoch 1 out.
 EPOCHS = {"sync": 6, "local": 6, "overlap": 4}
@@ -372,7 +375,7 @@ def run(s: f.Settings) -> f.Section:
     )
     # 6. seeds in lock-step: S seeds of the demo config in one batched pass against one seed
     run = SMOKE_LOCKSTEP_RUN if s.smoke else LOCKSTEP_RUN
-    seeds = ",".join(str(i) for i in range(LOCKSTEP_SEEDS))
+    seeds = ",".join(str(i) for i in range(SMOKE_LOCKSTEP_SEEDS if s.smoke else LOCKSTEP_SEEDS))
     xs, ys = table.interleave(
         "lockstep",
         lambda: f._wall_of_run(["-m", *run, f"seed={seeds}"]),
@@ -383,7 +386,7 @@ def run(s: f.Settings) -> f.Section:
     table.add(
         ROWS[6],
         " ".join(run) + " (W&B off)",
-        f"{h.median(xs):.1f} s for {LOCKSTEP_SEEDS} seeds",
+        f"{h.median(xs):.1f} s for {seeds.count(',') + 1} seeds",
         f"{h.median(ys):.1f} s for 1 seed",
         _median_ratio(pairs),
         h.bootstrap_interval(pairs, _median_ratio),
@@ -394,11 +397,14 @@ def run(s: f.Settings) -> f.Section:
     )
     # 7. sweep efficiency of the demo sweep (one sweep: ~1.5 minutes)
     t0 = time.perf_counter()
-    demo = ["experiment=demo", "cluster=sim"] + (["epochs=1"] if s.smoke else [])
+    demo = SMOKE_SWEEP if s.smoke else ["experiment=demo", "cluster=sim"]
     runs = h.suite(demo, multirun=True)
     wall = time.perf_counter() - t0
     table.times["sweep"] = wall
-    trained = sum(r.steps * r.summary["compute/measured_step_s"] for r in runs)
+    trained = sum(
+        r.steps * (r.summary["compute/measured_step_s"] or r.summary["compute/step_time_s"])
+        for r in runs
+    )
     efficiency = trained / wall
     table.add(
         ROWS[7],
