@@ -187,6 +187,34 @@ class _Table:
             ]
         )
 
+    def add_ratio(
+        self,
+        name: str,
+        workload: str,
+        a_text: str,
+        b_text: str,
+        xs: list[float],
+        ys: list[float],
+        target: str,
+        limit: float | None,
+        full: str,
+    ) -> None:
+        """A row whose figure is median(xs) / median(ys) of interleaved scalar measurements,
+        with its bootstrap interval over the pairs and each pair's ratio."""
+        pairs = list(zip(xs, ys, strict=True))
+        self.add(
+            name,
+            workload,
+            a_text,
+            b_text,
+            _median_ratio(pairs),
+            h.bootstrap_interval(pairs, _median_ratio),
+            [x / y for x, y in pairs],
+            target,
+            limit,
+            full,
+        )
+
 
 def _workload(overrides: list[str]) -> str:
     return " ".join(o for o in overrides if not o.startswith(("cluster", "threads", "eval")))
@@ -263,15 +291,13 @@ def run(s: f.Settings) -> f.Section:
         return side
 
     xs, ys = table.interleave("overlap", overlap_side(True), overlap_side(False), _scalar_spread)
-    pairs = list(zip(xs, ys, strict=True))
-    table.add(
+    table.add_ratio(
         ROWS[2],
         _workload(common) + " (one seed per pair)",
         f"{f._ms(h.median(xs))} ms/step emulated",
         f"{f._ms(h.median(ys))} ms/step ideal",
-        _median_ratio(pairs),
-        h.bootstrap_interval(pairs, _median_ratio),
-        [x / y for x, y in pairs],
+        xs,
+        ys,
         "<= 1.05",
         1.05,
         _full_text("RESULTS.json", ROWS[2]),
@@ -289,7 +315,6 @@ def run(s: f.Settings) -> f.Section:
         lambda: f._wall_of_run([*f.TINY_RUN, "cluster=local"]),
         _scalar_spread,
     )
-    pairs = list(zip(xs, ys, strict=True))
     full_sim = _full_figure("RESULTS-sim.json", "fixed cost of a run, in-process (s)")
     full_local = _full_figure("RESULTS-sim.json", "fixed cost of a run, multi-process (s)")
     full = "no figures in RESULTS-sim.json"
@@ -299,14 +324,13 @@ def run(s: f.Settings) -> f.Section:
             f"{full_sim['value'] / full_local['value']:.3g} (RESULTS-sim.json at "
             f"{full_sim['git']})"
         )
-    table.add(
+    table.add_ratio(
         ROWS[3],
         "smoke, 2 workers, 1 step each, one evaluation (a run that is all fixed cost)",
         f"{h.median(xs):.2f} s sim",
         f"{h.median(ys):.2f} s local",
-        _median_ratio(pairs),
-        h.bootstrap_interval(pairs, _median_ratio),
-        [x / y for x, y in pairs],
+        xs,
+        ys,
         "",
         None,
         full,
@@ -382,15 +406,13 @@ def run(s: f.Settings) -> f.Section:
         lambda: f._wall_of_run([*run, "seed=0"]),
         _scalar_spread,
     )
-    pairs = list(zip(xs, ys, strict=True))
-    table.add(
+    table.add_ratio(
         ROWS[6],
         " ".join(run) + " (W&B off)",
         f"{h.median(xs):.1f} s for {seeds.count(',') + 1} seeds",
         f"{h.median(ys):.1f} s for 1 seed",
-        _median_ratio(pairs),
-        h.bootstrap_interval(pairs, _median_ratio),
-        [x / y for x, y in pairs],
+        xs,
+        ys,
         "<= 2.5",
         2.5,
         "new in issue 34 (no full-bench figure)",

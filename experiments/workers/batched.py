@@ -316,11 +316,11 @@ class BatchedSteps:
         for rows, one_pass in self._calls(shapes):
             a, b = rows.start, rows.stop
             sums = [[0.0, 0, 0] for _ in rows]
+            part_p = {n: t[a:b] for n, t in params.items()}
+            part_b = {n: t[a:b] for n, t in buffers.items()}
             for j in range(len(inputs[a][1])):
                 xs = torch.stack([inputs[r][1][j][0] for r in rows])
                 ys = torch.stack([inputs[r][1][j][1] for r in rows])
-                part_p = {n: t[a:b] for n, t in params.items()}
-                part_b = {n: t[a:b] for n, t in buffers.items()}
                 logits = self._logits(part_p, part_b, xs, one_pass)  # [k, B, classes]
                 for i, (out, target) in enumerate(zip(logits, ys, strict=True)):
                     # replica by replica, as `_grouped_losses` (the same numbers whatever k)

@@ -253,6 +253,7 @@ class CommsgdSweeper(Sweeper):
         launcher = str(self.config.hydra.launcher.get("_target_", ""))
         if not launcher.endswith("BasicLauncher"):
             return to_launch
+        from experiments.workers import sim
         from experiments.workers.options import lockstep_seeds
 
         groups: dict[str, list[tuple[list[str], Outcome]]] = {}
@@ -263,8 +264,6 @@ class CommsgdSweeper(Sweeper):
             if lockstep_seeds(plain) < 2:
                 alone.append((overrides, outcome))
                 continue
-            from experiments.workers import sim
-
             if not sim.lockstep(plain):
                 refused.add(plain["algorithm"]["name"])
                 alone.append((overrides, outcome))
