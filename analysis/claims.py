@@ -13,16 +13,19 @@ The rules, written into every `claims.md` (`METHOD`):
   `workers`, `network.name`, ...: `analysis.compare`) are never compared or pooled across it. A
   tau-less method (`TAU_LESS`: sync SGD, PowerSGD, pseudo-sync) does not depend on `tau`, so its
   runs meet the round-based methods at every tau. n = the runs on a side.
-- Tests. A difference of means: Welch's t-test (`scipy.stats.ttest_ind(equal_var=False)`) and its
-  95% confidence interval. A statistic that is not a mean (a ratio of means): a percentile
-  bootstrap (`scipy.stats.bootstrap`, 9999 resamples, fixed seed) and its 95% interval. The
-  verdict of a comparison against its threshold: holds when the whole interval lies on the
-  claimed side, does not hold when it lies wholly on the other side, cannot tell when it
-  straddles the threshold or a side has fewer than 2 runs. This is a two-sided test at
-  alpha = 0.05 (`ALPHA`).
-- Equivalence ("comparable accuracy"): TOST at alpha = 0.05, i.e. the 90% interval of the
-  difference: holds when it lies inside +-margin, does not hold when it lies wholly outside,
-  cannot tell otherwise.
+- Tests (`analysis.stats`, which says each in full): paired by seed, since a seed gives every
+  method the same data order, partition draw and initial model (tests/test_pairing.py): the
+  paired t-test of the per-seed differences and its 95% interval; the exact sign-flip test
+  where the differences have no spread (so that no "holds" rests on zero spread: it needs
+  n >= 6); Welch's t-test (or an exact permutation test) where the sides do not pair. Each
+  test states its minimum detectable difference at 80% power, and where it cannot tell, the n
+  that would reach the claim's margin. Ratios of means: a percentile bootstrap (paired where
+  the sides pair). A comparison holds when its interval lies wholly on the claimed side of its
+  threshold, does not hold when wholly on the other, cannot tell otherwise (alpha = 0.05).
+- Equivalence ("comparable accuracy"): paired TOST at alpha (the 90% interval of the
+  difference inside +-margin).
+- A quantity the timing model fixes, equal on every seed of both sides, is reported "by the
+  model", not tested.
 - Diverged runs rank below every accuracy: in an accuracy comparison a diverged run counts as
   accuracy 0 (so a method that diverges on some seeds has a low mean and a wide interval, and
   one whose runs all diverged loses to any that completed). Time and communication statistics
@@ -32,16 +35,17 @@ The rules, written into every `claims.md` (`METHOD`):
   converged: cannot tell") when the runs of a side did not all converge
   (`analysis.convergence`): a run stopped while still improving says nothing about where the
   method ends. Bytes, peaks and time per step do not depend on it.
+- No pseudo-replication: a tau-less method run at several taus (the same configuration but for
+  a key it ignores) counts once per seed (`per_run` keeps one run per method, condition and
+  seed).
 - "At every tau" (and every condition): each cell as above, then combined: holds if every cell
-  holds, does not hold if one does not, cannot tell otherwise. "Holds" of a combination is an
-  intersection-union test at alpha; no correction is made for the several comparisons behind a
-  "does not hold".
+  holds (an intersection-union test at alpha, which needs no correction), does not hold if one
+  does not after Holm's correction over the claim's comparisons, cannot tell otherwise.
 """
 
 from __future__ import annotations
 
 import math
-import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -49,12 +53,30 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from scipy import stats
 
 from analysis.compare import order_key, run_values, series_label, split_rows
 from analysis.load import TAU_LESS
-from analysis.tables import human_bytes
+from analysis.stats import (
+    ALPHA,
+    EFFECT_ACC,
+    EFFECT_REL,
+    POWER,
+    VERDICTS,
+    Comparison,
+    Side,
+    _mean,
+    _value,
+    combine,
+    compare,
+    corrected,
+    equivalent,
+    ratio_below,
+    welch,
+)
 from experiments.errors import UserError
+
+__all__ = ["ALPHA", "Comparison", "Side", "combine", "compare", "equivalent", "ratio_below"]
+__all__ += ["welch", "CLAIMS", "ClaimResult", "check_claims", "per_run", "Cell", "cells"]
 
 OVERLAP, COCOD, EAMSGD = "overlap_local_sgd", "cocod_sgd", "eamsgd"
 SYNC, POWERSGD, PSEUDO = "sync_sgd", "powersgd", "pseudo_sync"
@@ -64,7 +86,6 @@ LOCAL, DILOCO, STREAMING = "local_sgd", "diloco", "streaming_diloco"
 # experiment=low_comm: methods whose averages overlap inner steps, and those that block on them.
 OVERLAPPING = (STREAMING, OVERLAP, COCOD)
 BLOCKING = (LOCAL, DILOCO)
-ALPHA = 0.05  # every claim's level
 # "much lower": CoCoD-SGD's accuracy this far below Overlap-Local-SGD's counts as a breakdown.
 COLLAPSE_MARGIN = 0.1
 # "far below": Overlap-Local-SGD's comm/compute ratio under this fraction of sync SGD's.
@@ -77,28 +98,35 @@ FAR_LESS_PEAK = 0.6
 # "equal bytes per step": two methods' mean bytes per step within this fraction of each other
 # (the overlapping methods' finish() sends one more average than the rounds).
 EQUAL_BYTES = 0.1
-BOOTSTRAP_RESAMPLES = 9999
-BOOTSTRAP_SEED = 0  # a report regenerated from the same runs prints the same intervals
 FINISHED = ("completed", "diverged")
 
 METHOD = (
     f"Each claim is tested at alpha = {ALPHA:g} on the completed and diverged runs of this "
-    "report. n = runs per side; a side is one method under one configuration (runs that differ "
-    "in anything but the seed are never pooled; tau-less methods meet the others at every tau). "
-    "Differences of means: Welch's t-test (scipy.stats.ttest_ind, equal_var=False) with its 95% "
-    "confidence interval; ratios of means: percentile bootstrap (scipy.stats.bootstrap, "
-    f"{BOOTSTRAP_RESAMPLES} resamples) with its 95% interval. A comparison holds when the whole "
-    "interval lies on the claimed side of its threshold, does not hold when it lies wholly on "
-    "the other side, and cannot tell when it straddles the threshold or a side has fewer than 2 "
-    "runs. Comparable accuracy is an equivalence test (TOST at alpha: the 90% interval of the "
-    "difference inside +-margin). A diverged run counts as accuracy 0 (below every accuracy); "
-    "times and ratios use completed runs only. A claim over several taus or conditions holds if "
-    "every one holds, does not hold if one does not, and cannot tell otherwise (no correction "
-    "for multiple comparisons). A time to a target accuracy of a run that never reached it is "
-    "at least its training time: that lower bound stands in only where it makes the test "
-    "conservative. A comparison of accuracies or times to accuracy cannot tell when a side's "
-    "runs did not all converge (analysis/convergence.py): a run stopped while still improving "
-    "says nothing about where the method ends."
+    "report, paired by seed: every method runs the same seeds, and a seed fixes the data "
+    "order, the partition and the initial model, so each comparison is made on the per-seed "
+    "differences (analysis/stats.py). n = seeds on both sides; a side is one method under one "
+    "configuration (runs that differ in anything but the seed are never pooled; a tau-less "
+    "method counts once per seed and meets the others at every tau). Differences of means: "
+    "the paired t-test with its 95% confidence interval; where the differences have no spread, "
+    "the exact sign-flip test (it cannot reach alpha below n = 6); where the sides do not pair, "
+    "Welch's t-test (an exact permutation test where a side has no spread). Each test states "
+    f"its minimum detectable difference (MDD) at {POWER:.0%} power; where it cannot tell and "
+    "the MDD exceeds the claim's margin (accuracy "
+    f"{EFFECT_ACC:g}, times and bytes {EFFECT_REL:.0%} of the reference), it says which n "
+    "would reach it. Ratios of means: percentile bootstrap (seeds resampled jointly) with its "
+    "95% interval. A comparison holds when the whole interval lies on the claimed side of its "
+    "threshold, does not hold when it lies wholly on the other side, and cannot tell when it "
+    "straddles the threshold or a side has fewer than 2 runs. Comparable accuracy is an "
+    "equivalence test (paired TOST at alpha: the 90% interval of the difference inside "
+    "+-margin). A quantity the timing model fixes, the same on every seed of both sides, is "
+    'reported "by the model", not tested. A diverged run counts as accuracy 0 (below every '
+    "accuracy); times and ratios use completed runs only. A claim over several taus or "
+    "conditions holds if every comparison holds (an intersection-union test, no correction "
+    "needed), does not hold if one does not after Holm's correction over the claim's "
+    "comparisons, and cannot tell otherwise. A time to a target accuracy of a run that never "
+    "reached it is at least its training time: that lower bound stands in only where it makes "
+    "the test conservative. A comparison of accuracies or times to accuracy cannot tell when a "
+    "side's runs did not all converge (analysis/convergence.py)."
 )
 
 
@@ -116,15 +144,13 @@ class ClaimResult:
 
     @property
     def verdict(self) -> str:
-        return _VERDICTS[self.holds]
+        return VERDICTS[self.holds]
 
     def line(self) -> str:
         """ "holds: <text> (<name>). <evidence>" on one line."""
         test = f" Test: {self.test}." if self.test else ""
         return f"{self.verdict}: {self.text} ({self.name}). {self.evidence}.{test}"
 
-
-_VERDICTS = {True: "holds", False: "does not hold", None: "cannot tell"}
 
 Claim = Callable[[pd.DataFrame, dict], ClaimResult]
 CLAIMS: dict[str, Claim] = {}
@@ -136,7 +162,8 @@ def claim(name: str, text: str, test: str) -> Callable[[Callable], Claim]:
 
     def register(check: Callable[[pd.DataFrame, dict], tuple]) -> Claim:
         def run(summaries: pd.DataFrame, report: dict) -> ClaimResult:
-            holds, evidence, details = check(per_run(summaries), dict(report or {}))
+            runs, node = per_run(summaries), dict(report or {})
+            holds, evidence, details = corrected(lambda: check(runs, node))
             return ClaimResult(name, text, holds, evidence, test, tuple(details))
 
         run.__name__, run.__doc__ = check.__name__, f"{text}. {check.__doc__ or ''}".strip()
@@ -253,7 +280,7 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
     steps = number("summary.steps")
     reached = frame.get("metrics.reached_target", pd.Series(None, index=frame.index, dtype=object))
     converged = frame.get("metrics.converged", pd.Series(None, index=frame.index, dtype=object))
-    return pd.DataFrame(
+    out = pd.DataFrame(
         {
             "method": method,
             "algorithm": algorithm,
@@ -269,6 +296,9 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
             "exposed_per_epoch": (exposed / epochs).where(completed),
             "train_per_epoch": (number("summary.time/train_s") / epochs).where(completed),
             "network": text("network.name"),
+            "partition": text("partition.name"),
+            # a step's modeled or measured cost, for diverged runs too
+            "step_time": (number("summary.time/train_s") / steps.where(steps > 0)),
             "bandwidth": number("network.bandwidth_gbps"),
             "peak": number("summary.comm/peak_bytes").where(completed),
             "bytes_per_step": (number("summary.comm/bytes") / steps.where(steps > 0)).where(
@@ -281,7 +311,17 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
             "converged": converged.map(_flag).where(completed, None),
             "time_to_target": number("metrics.time_to_target_s").where(completed),
         }
-    ).reset_index(drop=True)
+    )
+    return _one_per_seed(out).reset_index(drop=True)
+
+
+def _one_per_seed(runs: pd.DataFrame) -> pd.DataFrame:
+    """No pseudo-replication: a tau-less method's runs that differ only in `tau` (which it
+    ignores: the same run again) count once per seed, the first kept."""
+    tau_less = runs["tau"].isna() & runs["algorithm"].notna() & runs["seed"].notna()
+    keys = runs[["method", "condition", "seed"]].astype(str).agg("|".join, axis=1)
+    repeated = tau_less & keys.where(tau_less).duplicated(keep="first") & tau_less
+    return runs[~repeated]
 
 
 @dataclass(frozen=True)
@@ -307,11 +347,13 @@ class Cell:
         """The method's values of `column` here; for an accuracy or a time to it, marked with
         the runs that did not converge (`Side`), so that a comparison of them cannot tell."""
         mine = self.runs[self.runs["method"] == method]
-        values = mine[column].dropna().to_numpy(float)
+        known = mine[mine[column].notna()]
+        values, seeds = known[column].to_numpy(float), known["seed"].to_numpy(float)
+        seeds = None if np.isnan(seeds).any() else seeds
         if column not in CONVERGENCE_BOUND:
-            return values
+            return Side.of(values, method, seeds=seeds, column=column)
         flags = mine["converged"].dropna().astype(bool)
-        return Side.of(values, method, int((~flags).sum()), len(flags))
+        return Side.of(values, method, int((~flags).sum()), len(flags), seeds, column)
 
     def diverged(self, method: str) -> tuple[int, int]:
         """(diverged runs, runs) of a method here."""
@@ -345,287 +387,6 @@ def cells(runs: pd.DataFrame, by_tau: bool = True) -> list[Cell]:
 CONVERGENCE_BOUND = ("acc", "time_to_target")
 
 
-class Side(np.ndarray):
-    """A side's values with what `analysis.convergence` found: `unconverged` runs of `runs`."""
-
-    method: str = ""
-    unconverged: int = 0
-    runs: int = 0
-
-    @classmethod
-    def of(cls, values: np.ndarray, method: str, unconverged: int, runs: int) -> Side:
-        side = np.asarray(values, dtype=float).view(cls)
-        side.method, side.unconverged, side.runs = method, unconverged, runs
-        return side
-
-    def __array_finalize__(self, obj: Any) -> None:
-        self.method = getattr(obj, "method", "")
-        self.unconverged = getattr(obj, "unconverged", 0)
-        self.runs = getattr(obj, "runs", 0)
-
-
-def _not_converged(*sides: Sequence[float]) -> str:
-    """ "not converged: cannot tell (eamsgd: 3 of 3 runs)" when a side's runs did not all
-    converge; "" otherwise (or when it is not known)."""
-    which = [
-        f"{side.method}: {side.unconverged} of {side.runs} runs"
-        for side in sides
-        if isinstance(side, Side) and side.unconverged
-    ]
-    return f"not converged: cannot tell ({'; '.join(which)})" if which else ""
-
-
-@dataclass(frozen=True)
-class Comparison:
-    """One test: side a against side b, `estimate` (a - b, or a / b for a ratio) with its
-    interval [`low`, `high`] at `level`, `p` (None for a bootstrap), `holds` against
-    `threshold` in the claimed `direction` (+1: above it, -1: below it, 0: within +-threshold)."""
-
-    a: str
-    b: str
-    a_values: tuple[float, ...]
-    b_values: tuple[float, ...]
-    estimate: float
-    low: float
-    high: float
-    level: float
-    p: float | None
-    threshold: float
-    direction: int
-    kind: str  # "diff" | "ratio" | "equivalence"
-    holds: bool | None
-    why: str = ""
-
-    @property
-    def n_a(self) -> int:
-        return len(self.a_values)
-
-    @property
-    def n_b(self) -> int:
-        return len(self.b_values)
-
-    def text(self, unit: str = "acc") -> str:
-        """ "overlap_local_sgd 0.984 (n=3) vs local_sgd 0.981 (n=3): difference +0.003, 95% CI
-        [-0.006, +0.012], Welch p = 0.410" (`unit`: acc, ratio, s or bytes)."""
-        side_a = f"{self.a} {_value(_mean(self.a_values), unit)} (n={self.n_a})"
-        side_b = f"{self.b} {_value(_mean(self.b_values), unit)} (n={self.n_b})"
-        head = f"{side_a} vs {side_b}"
-        if self.why:
-            return f"{head}: {self.why}"
-        percent = f"{100 * self.level:g}%"
-        if self.kind == "ratio":
-            body = (
-                f"ratio {self.estimate:.3g}, {percent} bootstrap CI [{self.low:.3g}, "
-                f"{self.high:.3g}] vs {self.threshold:g}"
-            )
-        else:
-            body = (
-                f"difference {_signed(self.estimate, unit)}, {percent} CI "
-                f"[{_signed(self.low, unit)}, {_signed(self.high, unit)}]"
-            )
-            if self.kind == "equivalence":
-                body += f" vs margin ±{_value(self.threshold, unit)}, TOST p {_p(self.p)}"
-            else:
-                against = f" vs {_signed(self.threshold, unit)}" if self.threshold else ""
-                body += f"{against}, Welch p {_p(self.p)}"
-        return f"{head}: {body}"
-
-    def verdict_text(self, unit: str = "acc") -> str:
-        """ "cannot tell: <text>"."""
-        return f"{_VERDICTS[self.holds]}: {self.text(unit)}"
-
-
-def welch(
-    a: str,
-    a_values: Sequence[float],
-    b: str,
-    b_values: Sequence[float],
-    threshold: float = 0.0,
-    direction: int = 1,
-) -> Comparison:
-    """Is mean(a) - mean(b) above `threshold` (`direction` +1) or below it (-1)? Welch's
-    t-test of the difference against the threshold, its 95% interval, and the verdict."""
-    unconverged = _not_converged(a_values, b_values)
-    a_values, b_values = _floats(a_values), _floats(b_values)
-    base = dict(a=a, b=b, a_values=a_values, b_values=b_values, threshold=threshold)
-    base |= dict(direction=direction, kind="diff", level=1 - ALPHA)
-    if len(a_values) < 2 or len(b_values) < 2:
-        return _undecided(base, _diff(a_values, b_values), "n < 2 on a side")
-    if unconverged:
-        return _undecided(base, _diff(a_values, b_values), unconverged)
-    low, high, p = _welch_interval(a_values, b_values, threshold, 1 - ALPHA)
-    estimate = _diff(a_values, b_values)
-    return Comparison(
-        **base,
-        estimate=estimate,
-        low=low,
-        high=high,
-        p=p,
-        holds=_side(low, high, threshold, direction),
-    )
-
-
-def equivalent(
-    a: str, a_values: Sequence[float], b: str, b_values: Sequence[float], margin: float
-) -> Comparison:
-    """Is |mean(a) - mean(b)| within `margin`? TOST at ALPHA: the (1 - 2 alpha) interval of the
-    difference inside (-margin, margin) holds, wholly outside does not, else cannot tell."""
-    unconverged = _not_converged(a_values, b_values)
-    a_values, b_values = _floats(a_values), _floats(b_values)
-    base = dict(a=a, b=b, a_values=a_values, b_values=b_values, threshold=margin)
-    base |= dict(direction=0, kind="equivalence", level=1 - 2 * ALPHA)
-    if len(a_values) < 2 or len(b_values) < 2:
-        return _undecided(base, _diff(a_values, b_values), "n < 2 on a side")
-    if unconverged:
-        return _undecided(base, _diff(a_values, b_values), unconverged)
-    low, high, _ = _welch_interval(a_values, b_values, 0.0, 1 - 2 * ALPHA)
-    # TOST's p: the larger of the two one-sided p-values (against -margin and +margin).
-    _, _, p_low = _welch_interval(a_values, b_values, -margin, 1 - 2 * ALPHA, "greater")
-    _, _, p_high = _welch_interval(a_values, b_values, margin, 1 - 2 * ALPHA, "less")
-    if -margin < low and high < margin:
-        holds: bool | None = True
-    elif low > margin or high < -margin:
-        holds = False
-    else:
-        holds = None
-    return Comparison(
-        **base,
-        estimate=_diff(a_values, b_values),
-        low=low,
-        high=high,
-        p=max(p_low, p_high),
-        holds=holds,
-    )
-
-
-def ratio_below(
-    a: str, a_values: Sequence[float], b: str, b_values: Sequence[float], threshold: float
-) -> Comparison:
-    """Is mean(a) / mean(b) below `threshold`? A percentile bootstrap of the ratio of means
-    (the two sides resampled independently), its 95% interval, and the verdict."""
-    unconverged = _not_converged(a_values, b_values)
-    a_values, b_values = _floats(a_values), _floats(b_values)
-    base = dict(a=a, b=b, a_values=a_values, b_values=b_values, threshold=threshold)
-    base |= dict(direction=-1, kind="ratio", level=1 - ALPHA, p=None)
-    mean_b = _mean(b_values)
-    estimate = _mean(a_values) / mean_b if mean_b else math.nan
-    if len(a_values) < 2 or len(b_values) < 2:
-        return _undecided(base, estimate, "n < 2 on a side")
-    if unconverged:
-        return _undecided(base, estimate, unconverged)
-    if not min(b_values) > 0:
-        return _undecided(base, estimate, f"{b} has a zero value: no ratio")
-
-    def ratio(x: np.ndarray, y: np.ndarray, axis: int = -1) -> np.ndarray:
-        return np.mean(x, axis=axis) / np.mean(y, axis=axis)
-
-    if np.ptp(a_values) == 0 and np.ptp(b_values) == 0:
-        low = high = estimate  # no spread to resample
-    else:
-        result = stats.bootstrap(
-            (np.array(a_values), np.array(b_values)),
-            ratio,
-            paired=False,
-            vectorized=True,
-            n_resamples=BOOTSTRAP_RESAMPLES,
-            confidence_level=1 - ALPHA,
-            method="percentile",
-            rng=np.random.default_rng(BOOTSTRAP_SEED),
-        )
-        low, high = float(result.confidence_interval.low), float(result.confidence_interval.high)
-    return Comparison(
-        **base, estimate=estimate, low=low, high=high, holds=_side(low, high, threshold, -1)
-    )
-
-
-def _undecided(base: dict, estimate: float, why: str) -> Comparison:
-    return Comparison(
-        **{"p": None, **base}, estimate=estimate, low=math.nan, high=math.nan, holds=None, why=why
-    )
-
-
-def combine(verdicts: Iterable[bool | None]) -> bool | None:
-    """Holds if every one holds, does not hold if one does not, cannot tell otherwise (and
-    cannot tell for none at all)."""
-    verdicts = list(verdicts)
-    if any(v is False for v in verdicts):
-        return False
-    return True if verdicts and all(v is True for v in verdicts) else None
-
-
-def _welch_interval(
-    a: Sequence[float],
-    b: Sequence[float],
-    threshold: float,
-    level: float,
-    alternative: str = "two-sided",
-) -> tuple[float, float, float]:
-    """Interval of mean(a) - mean(b) at `level`, and Welch's p for difference = threshold."""
-    a, b = np.asarray(a, float), np.asarray(b, float)
-    difference = float(a.mean() - b.mean())
-    if np.ptp(a) == 0 and np.ptp(b) == 0:
-        # No spread on either side (e.g. every run diverged, or identical results): the
-        # difference is exact; scipy's t would be 0/0.
-        if alternative == "two-sided":
-            p = 1.0 if difference == threshold else 0.0
-        elif alternative == "greater":
-            p = 0.0 if difference > threshold else 1.0
-        else:
-            p = 0.0 if difference < threshold else 1.0
-        return difference, difference, p
-    with warnings.catch_warnings():
-        # One side without spread (identical seeds) makes scipy warn of "catastrophic
-        # cancellation" in its variance; that variance is 0, which is what Welch then uses.
-        warnings.simplefilter("ignore", RuntimeWarning)
-        result = stats.ttest_ind(a, b + threshold, equal_var=False, alternative=alternative)
-        interval = stats.ttest_ind(a, b, equal_var=False).confidence_interval(level)
-    return float(interval.low), float(interval.high), float(result.pvalue)
-
-
-def _side(low: float, high: float, threshold: float, direction: int) -> bool | None:
-    if direction > 0:
-        return True if low > threshold else False if high < threshold else None
-    return True if high < threshold else False if low > threshold else None
-
-
-def _floats(values: Sequence[float]) -> tuple[float, ...]:
-    return tuple(float(v) for v in values if v is not None and not math.isnan(float(v)))
-
-
-def _mean(values: Sequence[float]) -> float:
-    return float(np.mean(values)) if len(values) else math.nan
-
-
-def _diff(a: Sequence[float], b: Sequence[float]) -> float:
-    return _mean(a) - _mean(b)
-
-
-def _value(value: float, unit: str) -> str:
-    if value is None or math.isnan(value):
-        return "–"
-    if unit == "acc":
-        return f"{value:.3f}"
-    if unit == "ratio":
-        return f"{100 * value:.1f}%"
-    if unit == "bytes":
-        return human_bytes(value)
-    return f"{value:.3g} s"
-
-
-def _signed(value: float, unit: str) -> str:
-    if value is None or math.isnan(value):
-        return "–"
-    if unit == "acc":
-        return f"{value:+.3f}"
-    return f"{value:+.3g}" + (" s" if unit == "s" else "")
-
-
-def _p(p: float | None) -> str:
-    if p is None or math.isnan(p):
-        return "–"
-    return "< 0.001" if p < 0.001 else f"= {p:.3f}"
-
-
 def _tau(tau: float) -> str:
     return f"tau={int(tau)}" if float(tau).is_integer() else f"tau={tau:g}"
 
@@ -648,7 +409,7 @@ def _worst_first(comparisons: Sequence[Comparison]) -> Comparison:
 def _summary(verdicts: Sequence[bool | None], what: str = "taus") -> str:
     """ "4 taus: holds 3, cannot tell 1"."""
     counts = {v: sum(1 for x in verdicts if x is v) for v in (True, False, None)}
-    parts = [f"{_VERDICTS[v]} {counts[v]}" for v in (True, False, None) if counts[v]]
+    parts = [f"{VERDICTS[v]} {counts[v]}" for v in (True, False, None) if counts[v]]
     if not verdicts:
         return f"no {what}"
     name = what.removesuffix("s") if len(verdicts) == 1 else what
@@ -658,7 +419,7 @@ def _summary(verdicts: Sequence[bool | None], what: str = "taus") -> str:
 def _cell_line(
     cell: Cell, shown: Comparison, verdict: bool | None, others: str = "", unit: str = "acc"
 ) -> str:
-    return f"{cell.name}: {_VERDICTS[verdict]}: {shown.text(unit)}{others}"
+    return f"{cell.name}: {VERDICTS[verdict]}: {shown.text(unit)}{others}"
 
 
 def _others(comparisons: Sequence[Comparison]) -> str:
@@ -697,7 +458,7 @@ def _best_or_worst(runs: pd.DataFrame, subject: str, best: bool) -> tuple:
                     (f"{m}{_diverged_note(cell, m)}", cell.values(m, "acc"))
                     for m in ((method, other) if best else (other, method))
                 ]
-                comparisons.append(welch(*sides[0], *sides[1]))
+                comparisons.append(compare(*sides[0], *sides[1]))
         verdict = combine(c.holds for c in comparisons)
         shown = _worst_first(comparisons) if verdict is not True else comparisons[0]
         tail = _others(comparisons)
@@ -709,7 +470,7 @@ def _best_or_worst(runs: pd.DataFrame, subject: str, best: bool) -> tuple:
 @claim(
     "overlap_best_at_every_tau",
     "Overlap-Local-SGD has the best accuracy at every tau",
-    "Welch's t-test of the accuracy difference to each other method, per tau",
+    "paired t-test of the accuracy difference to each other method, per tau",
 )
 def overlap_best_at_every_tau(runs: pd.DataFrame, report: dict) -> tuple:
     """At each tau, Overlap-Local-SGD's mean final accuracy above every other method's."""
@@ -719,7 +480,7 @@ def overlap_best_at_every_tau(runs: pd.DataFrame, report: dict) -> tuple:
 @claim(
     "eamsgd_worst",
     "EAMSGD is the worst method",
-    "Welch's t-test of each other method's accuracy above EAMSGD's, per tau",
+    "paired t-test of each other method's accuracy above EAMSGD's, per tau",
 )
 def eamsgd_worst(runs: pd.DataFrame, report: dict) -> tuple:
     """At each tau, EAMSGD's mean final accuracy below every other method's."""
@@ -729,7 +490,7 @@ def eamsgd_worst(runs: pd.DataFrame, report: dict) -> tuple:
 @claim(
     "cocod_diverges_at_large_tau_overlap_does_not",
     "CoCoD-SGD diverges at large tau in non-IID while Overlap-Local-SGD does not",
-    "divergence observed (an event, not a mean); otherwise Welch's t-test of Overlap-Local-SGD's "
+    "divergence observed (an event, not a mean); otherwise paired t-test of Overlap-Local-SGD's "
     f"accuracy more than {COLLAPSE_MARGIN:g} above CoCoD-SGD's",
 )
 def cocod_diverges_at_large_tau(runs: pd.DataFrame, report: dict) -> tuple:
@@ -752,7 +513,7 @@ def cocod_diverges_at_large_tau(runs: pd.DataFrame, report: dict) -> tuple:
             for overlap in overlaps:
                 verdict, line = _collapse(cell, cocod, overlap)
                 verdicts.append(verdict)
-                details.append(f"{cell.name}: {_VERDICTS[verdict]}: {line}")
+                details.append(f"{cell.name}: {VERDICTS[verdict]}: {line}")
     if not verdicts:
         return None, f"no {COCOD} or {OVERLAP} run at the largest {_tau(tau)}", []
     return combine(verdicts), f"largest {_tau(tau)}; " + _summary(verdicts, "cells"), details
@@ -767,7 +528,7 @@ def _collapse(cell: Cell, cocod: str, overlap: str) -> tuple[bool | None, str]:
         return False, f"{said} (observed)"
     if c_div:
         return True, f"{said} (observed)"
-    c = welch(
+    c = compare(
         overlap,
         cell.values(overlap, "acc"),
         cocod,
@@ -814,7 +575,7 @@ def overlap_ratio_far_below_sync(runs: pd.DataFrame, report: dict) -> tuple:
 @claim(
     "powersgd_exposed_above_local_methods",
     "PowerSGD's exposed communication stays above the Local-SGD methods'",
-    "Welch's t-test of each PowerSGD rank's exposed communication per epoch above each "
+    "paired t-test of each PowerSGD rank's exposed communication per epoch above each "
     "Local-SGD method's at each tau",
 )
 def powersgd_exposed_above_local(runs: pd.DataFrame, report: dict) -> tuple:
@@ -846,7 +607,7 @@ def powersgd_exposed_above_local(runs: pd.DataFrame, report: dict) -> tuple:
             for method, tau in locals_:
                 name = f"{method} {_tau(tau)}" if pd.notna(tau) else method
                 comparisons.append(
-                    welch(power, _exposed(cell, power), name, _exposed(cell, method, tau))
+                    compare(power, _exposed(cell, power), name, _exposed(cell, method, tau))
                 )
         verdict = combine(c.holds for c in comparisons)
         shown = _worst_first(comparisons) if verdict is not True else comparisons[0]
@@ -859,7 +620,7 @@ def powersgd_exposed_above_local(runs: pd.DataFrame, report: dict) -> tuple:
 @claim(
     "losp_beats_osp",
     "LOSP reaches higher accuracy than OSP",
-    "Welch's t-test of the accuracy difference, per tau and slowdown",
+    "paired t-test of the accuracy difference, per tau and slowdown",
 )
 def losp_beats_osp(runs: pd.DataFrame, report: dict) -> tuple:
     """At every tau and condition (slowdown) where both ran, LOSP's mean final accuracy above
@@ -876,7 +637,7 @@ def losp_beats_osp(runs: pd.DataFrame, report: dict) -> tuple:
             continue
         for losp in losps:
             for osp in osps:
-                c = welch(
+                c = compare(
                     f"{losp}{_diverged_note(cell, losp)}",
                     cell.values(losp, "acc"),
                     f"{osp}{_diverged_note(cell, osp)}",
@@ -889,14 +650,17 @@ def losp_beats_osp(runs: pd.DataFrame, report: dict) -> tuple:
 
 @claim(
     "osp_losp_faster_than_sync_under_heterogeneity",
-    "OSP/LOSP train faster than sync SGD with heterogeneous workers",
-    "Welch's t-test of sync SGD's training time per epoch above OSP's and LOSP's, per slowdown "
-    "and tau",
+    "OSP/LOSP reach the target accuracy sooner than sync SGD with heterogeneous workers (fast "
+    "workers need not idle for slow ones)",
+    "paired t-test of sync SGD's time to target above OSP's and LOSP's, per slowdown and tau; a "
+    "run that never reached the target counts with its training time where that is "
+    "conservative",
 )
 def osp_losp_faster_than_sync(runs: pd.DataFrame, report: dict) -> tuple:
-    """Per heterogeneous `compute.slowdown` (anything but none) and tau: OSP's and LOSP's mean
-    training time per epoch below sync SGD's."""
-    timed = runs[runs["train_per_epoch"].notna() & runs["slowdown"].notna()]
+    """Per heterogeneous `compute.slowdown` (anything but none) and tau: OSP's and LOSP's time
+    to the target accuracy below sync SGD's (time per epoch alone would credit a method that
+    trains fast to a worse model)."""
+    timed = runs[runs["train_s"].notna() & runs["slowdown"].notna()]
     hetero = timed[~timed["slowdown"].isin(("none", "None"))]
     if hetero.empty:
         return (
@@ -913,14 +677,9 @@ def osp_losp_faster_than_sync(runs: pd.DataFrame, report: dict) -> tuple:
             continue
         for sync in syncs:
             for method in fast:
-                c = welch(
-                    sync,
-                    cell.values(sync, "train_per_epoch"),
-                    method,
-                    cell.values(method, "train_per_epoch"),
-                )
-                verdicts.append(c.holds)
-                details.append(f"{cell.name}: {c.verdict_text('s')}")
+                holds, line = _sooner(cell, method, sync)
+                verdicts.append(holds)
+                details.append(f"{cell.name}: {VERDICTS[holds]}: {line}")
     return combine(verdicts), _summary(verdicts, "cells"), details
 
 
@@ -1007,7 +766,7 @@ def streaming_diloco_less_peak_same_accuracy(runs: pd.DataFrame, report: dict) -
                 verdict = combine([same.holds, peak.holds])
                 verdicts.append(verdict)
                 details.append(
-                    f"{cell.name}: {_VERDICTS[verdict]}: accuracy {same.verdict_text()}; "
+                    f"{cell.name}: {VERDICTS[verdict]}: accuracy {same.verdict_text()}; "
                     f"peak bytes per collective {peak.verdict_text('bytes')}"
                 )
     evidence = (
@@ -1023,7 +782,7 @@ def streaming_diloco_less_peak_same_accuracy(runs: pd.DataFrame, report: dict) -
     "Local SGD at the same communication (Douillard et al. 2023, DiLoCo, ablation of the outer "
     "optimizer: Nesterov beats outer SGD with LR 1, i.e. FedAvg / Local SGD [M]; a difference "
     "in the paper, tested here as non-inferiority)",
-    f"Welch's t-test of DiLoCo's accuracy minus Local SGD's above -{COMPARABLE:g} "
+    f"paired t-test of DiLoCo's accuracy minus Local SGD's above -{COMPARABLE:g} "
     f"(non-inferiority), per condition, at equal bytes per step (within {EQUAL_BYTES:g})",
 )
 def diloco_not_worse_than_local_sgd(runs: pd.DataFrame, report: dict) -> tuple:
@@ -1046,7 +805,7 @@ def diloco_not_worse_than_local_sgd(runs: pd.DataFrame, report: dict) -> tuple:
                     verdicts.append(None)
                     details.append(f"{cell.name}: cannot tell: {apart}")
                     continue
-                c = welch(
+                c = compare(
                     f"{diloco}{_diverged_note(cell, diloco)}",
                     cell.values(diloco, "acc"),
                     f"{local}{_diverged_note(cell, local)}",
@@ -1066,7 +825,7 @@ def diloco_not_worse_than_local_sgd(runs: pd.DataFrame, report: dict) -> tuple:
     "training time than the blocking ones (Local SGD, DiLoCo) at equal bytes per step "
     "(Douillard et al. 2025: overlapping each fragment's sync with inner steps hides latency "
     "and bandwidth [M]; Overlap-Local-SGD and CoCoD-SGD: algorithms.md sections 3 and 5 [A])",
-    "Welch's t-test of each blocking method's time to the target accuracy minus each overlapping "
+    "paired t-test of each blocking method's time to the target accuracy minus each overlapping "
     "method's above 0, on the network with the lowest bandwidth_gbps; a run that never reached "
     "the target counts with its whole training time (a lower bound of its time to target)",
 )
@@ -1109,7 +868,7 @@ def overlapping_reach_target_sooner(runs: pd.DataFrame, report: dict) -> tuple:
         shown = shown or next((line for v, line in pairs if v is None), pairs[0][1])
         tail = "" if len(pairs) < 2 else " [" + _summary(comparisons, "comparisons") + "]"
         verdicts.append(verdict)
-        details.append(f"{cell.name}: {_VERDICTS[verdict]}: {shown}{tail}")
+        details.append(f"{cell.name}: {VERDICTS[verdict]}: {shown}{tail}")
     target = report.get("target_acc")
     at = f"target acc ≥ {float(target):g}; " if target is not None else ""
     evidence = f"network {network} ({slowest:g} Gbps); {at}" + _summary(verdicts, "cells")
@@ -1117,7 +876,7 @@ def overlapping_reach_target_sooner(runs: pd.DataFrame, report: dict) -> tuple:
 
 
 def _sooner(cell: Cell, early: str, late: str) -> tuple[bool | None, str]:
-    """Does `early` reach the target before `late`? Welch's t-test of late's time to target
+    """Does `early` reach the target before `late`? paired t-test of late's time to target
     minus early's above 0, with never-reached runs as lower bounds where that is conservative
     (see `overlapping_reach_target_sooner`)."""
     e_times, e_bounds, e_missed, e_runs = _target_times(cell, early)
@@ -1130,13 +889,13 @@ def _sooner(cell: Cell, early: str, late: str) -> tuple[bool | None, str]:
     e_label = f"{early}{_missed_note(e_missed, e_runs)}"
     l_label = f"{late}{_missed_note(l_missed, l_runs)}"
     if not e_missed:  # early's times are exact: late's lower bounds only make "holds" harder
-        c = welch(l_label, [*l_times, *l_bounds], e_label, e_times)
+        c = compare(l_label, _joined(l_times, l_bounds), e_label, e_times)
         holds = c.holds if (c.holds is True or not l_missed) else None
     elif not l_missed:  # late's exact; early's lower bounds only make "does not hold" harder
-        c = welch(l_label, l_times, e_label, [*e_times, *e_bounds])
+        c = compare(l_label, l_times, e_label, _joined(e_times, e_bounds))
         holds = False if c.holds is False else None
     else:
-        c = welch(l_label, [*l_times, *l_bounds], e_label, [*e_times, *e_bounds])
+        c = compare(l_label, _joined(l_times, l_bounds), e_label, _joined(e_times, e_bounds))
         holds = None
     text = c.text("s")
     if holds is None and c.holds is not None and not c.why:
@@ -1147,18 +906,33 @@ def _sooner(cell: Cell, early: str, late: str) -> tuple[bool | None, str]:
 def _mean_time(cell: Cell, method: str) -> float:
     """Mean time to target, never-reached runs at their training time (for ordering only)."""
     times, bounds, _, _ = _target_times(cell, method)
-    return _mean([*times, *bounds]) if times or bounds else math.inf
+    return _mean(_joined(times, bounds)) if len(times) or len(bounds) else math.inf
 
 
-def _target_times(cell: Cell, method: str) -> tuple[list[float], list[float], int, int]:
+def _target_times(cell: Cell, method: str) -> tuple[Side, Side, int, int]:
     """(times to target of the completed runs that reached it, training times of those that
-    did not, how many did not, completed runs with a known outcome)."""
+    did not, how many did not, completed runs with a known outcome); the first two with their
+    seeds (`Side`), so that `_joined` pairs them by seed."""
     mine = cell.runs[(cell.runs["method"] == method) & cell.runs["train_s"].notna()]
     mine = mine[mine["reached"].notna()]
     hit = mine["reached"].astype(bool)
-    times = mine.loc[hit, "time_to_target"].dropna().astype(float).tolist()
-    bounds = mine.loc[~hit, "train_s"].astype(float).tolist()
+    reached = mine[hit & mine["time_to_target"].notna()]
+    missed = mine[~hit]
+    times = Side.of(reached["time_to_target"], method, seeds=_seeds(reached))
+    bounds = Side.of(missed["train_s"], method, seeds=_seeds(missed))
     return times, bounds, int((~hit).sum()), len(mine)
+
+
+def _seeds(rows: pd.DataFrame) -> np.ndarray | None:
+    seeds = rows["seed"].to_numpy(float)
+    return None if np.isnan(seeds).any() else seeds
+
+
+def _joined(*sides: Side) -> Side:
+    """Sides of one method joined, their seeds kept (None if any side has none)."""
+    values = np.concatenate([np.asarray(s, float) for s in sides])
+    seeds = None if any(s.seeds is None for s in sides) else sum((s.seeds for s in sides), ())
+    return Side.of(values, sides[0].method, seeds=seeds, column="time_to_target")
 
 
 def _missed_note(missed: int, runs: int) -> str:
@@ -1182,11 +956,18 @@ def _bytes_apart(cell: Cell, a: str, b: str) -> str | None:
     )
 
 
-def _exposed(cell: Cell, method: str, tau: float | None = None) -> np.ndarray:
+def _exposed(cell: Cell, method: str, tau: float | None = None) -> Side:
     mine = cell.runs[cell.runs["method"] == method]
     if tau is not None:
         mine = mine[mine["tau"] == tau]
-    return mine["exposed_per_epoch"].to_numpy(float)
+    mine = mine[mine["exposed_per_epoch"].notna()]
+    seeds = mine["seed"].to_numpy(float)
+    return Side.of(
+        mine["exposed_per_epoch"].to_numpy(float),
+        method,
+        seeds=None if np.isnan(seeds).any() else seeds,
+        column="exposed_per_epoch",
+    )
 
 
 def _flag(value: Any) -> bool | None:
@@ -1202,3 +983,7 @@ def _text(value: Any) -> str | None:
     if isinstance(value, (list, tuple)):
         return "[" + ", ".join(str(v) for v in value) + "]"
     return str(value)
+
+
+# The seed papers' other claims and the controls register themselves in CLAIMS.
+import analysis.verdicts  # noqa: E402, F401

@@ -204,12 +204,19 @@ def expand_grid(
 def expand_sweeps(
     sweeps: Iterable[Mapping[str, Any]], groups: Iterable[str] = GROUPS
 ) -> list[dict[str, Any]]:
-    """The points of several sweeps (`expand_grid` of each), each point once, in order."""
+    """The points of several sweeps (`expand_grid` of each), each point once, in order. A
+    tau-less method (`TAU_LESS`: it ignores `tau`) at a second tau is the same run again, not a
+    point: the sweeper runs it once (no pseudo-replication)."""
+    from analysis.load import TAU_LESS
+
     groups = set(groups)
     points, seen = [], set()
     for sweep in sweeps:
         for point in expand_grid(sweep, groups):
-            key = tuple(sorted((c, canonical(v)) for c, v in point.items()))
+            tau_less = canonical(point.get("algorithm.name")) in TAU_LESS
+            key = tuple(
+                sorted((c, canonical(v)) for c, v in point.items() if not (tau_less and c == "tau"))
+            )
             if key not in seen:
                 seen.add(key)
                 points.append(point)

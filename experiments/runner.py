@@ -594,6 +594,39 @@ def initial_model(cfg: dict, bundle) -> torch.nn.Module:
         return build_model(cfg["model"], bundle.in_channels, bundle.num_classes)
 
 
+def worker_loader(cfg: dict, bundle, shards, rank: int, in_threads: bool, device: torch.device):
+    """Worker `rank`'s training data: its shard of `shards` (the partition, from
+    `partition.seed`), in the order and with the augmentation drawn from `seed` and the rank
+    only. Nothing here depends on the algorithm: the same seed gives every method the same
+    data, as it gives them the same initial model (`initial_model`), so the claims compare
+    methods paired by seed (analysis/stats.py; tests/test_pairing.py)."""
+    from torch.utils.data import DataLoader, Subset
+
+    from experiments.data.datasets import Augmented, ResumableRandomSampler
+
+    # One generator, the sampler's (experiments/data/datasets.py). The loader's own generator
+    # only seeds its worker processes, which draw nothing.
+    order_seed = cfg["seed"] * 1_000_003 + rank
+    shard = Subset(bundle.train, shards[rank].tolist())
+    if bundle.augment is not None:
+        shard = Augmented(shard, bundle.augment)
+    # Loader processes forked from a process with running threads may deadlock (a lock held by
+    # another thread at the fork): worker threads load in their own thread. The data are the
+    # same (the sampler's keys carry the random numbers).
+    num_loader_workers = 0 if in_threads else int(cfg["dataset"].get("num_workers", 0) or 0)
+    return DataLoader(
+        shard,
+        batch_size=cfg["batch_size"],
+        # = shuffle=True (same order), plus a position for runs resumed mid-epoch
+        sampler=ResumableRandomSampler(shard, generator=torch.Generator().manual_seed(order_seed)),
+        generator=torch.Generator().manual_seed(order_seed),
+        drop_last=False,  # the reference keeps the last partial batch
+        num_workers=num_loader_workers,
+        persistent_workers=num_loader_workers > 0,
+        pin_memory=device.type == "cuda",
+    )
+
+
 def train_worker(
     cfg: dict,
     run_dir: Path,
@@ -622,12 +655,12 @@ def train_worker(
 
     from algorithms.comm import Comm
     from algorithms.group import ThreadGroup
-    from experiments.data.datasets import Augmented, ResumableRandomSampler, load_dataset
+    from experiments.data.datasets import load_dataset
     from experiments.data.partition import make_partition
     from experiments.store.log import make_sinks
     from experiments.training.loop import Checkpointing, LoopSettings, train
 
-    rank, m, seed = worker.rank, worker.world_size, cfg["seed"]
+    rank, m = worker.rank, worker.world_size
     if device is None:
         device = d.device_for(backend, worker.local_rank, worker.local_world_size, cfg["cluster"])
     dtype = DTYPES[cfg.get("dtype", "float32")]
@@ -644,28 +677,8 @@ def train_worker(
     if batched is not None:  # before the optimizer and the algorithm take its parameters
         batched.adopt(replica, model)
 
-    # This worker's data order and augmentation: one generator, the sampler's (experiments/
-    # data.py). The loader's own generator only seeds its worker processes, which draw nothing.
-    order_seed = seed * 1_000_003 + rank
-    shard = Subset(bundle.train, shards[rank].tolist())
-    if bundle.augment is not None:
-        shard = Augmented(shard, bundle.augment)
-    # Loader processes forked from a process with running threads may deadlock (a lock held by
-    # another thread at the fork): worker threads load in their own thread. The data are the
-    # same (the sampler's keys carry the random numbers).
     in_threads = isinstance(comm.group, ThreadGroup)
-    num_loader_workers = 0 if in_threads else int(cfg["dataset"].get("num_workers", 0) or 0)
-    train_loader = DataLoader(
-        shard,
-        batch_size=cfg["batch_size"],
-        # = shuffle=True (same order), plus a position for runs resumed mid-epoch
-        sampler=ResumableRandomSampler(shard, generator=torch.Generator().manual_seed(order_seed)),
-        generator=torch.Generator().manual_seed(order_seed),
-        drop_last=False,  # the reference keeps the last partial batch
-        num_workers=num_loader_workers,
-        persistent_workers=num_loader_workers > 0,
-        pin_memory=device.type == "cuda",
-    )
+    train_loader = worker_loader(cfg, bundle, shards, rank, in_threads, device)
     eval_bs = cfg["eval_batch_size"]
     test_full = DataLoader(bundle.test, batch_size=eval_bs)
     test_shard = DataLoader(Subset(bundle.test, range(rank, len(bundle.test), m)), eval_bs)

@@ -11,7 +11,9 @@ e.g. `tau=abc,1`, ends the sweep), lets a job's `sys.exit` end the sweep, runs o
 2. checks each point on its own (experiments/preflight.py: it composes, its keys exist, its
    values are valid, W&B can log in): a point that fails is recorded with its one-line reason;
 3. skips a point whose run directory holds a finished run of the same identity (no SLURM job is
-   submitted for it), and a point whose config another point already stands for;
+   submitted for it), a point whose config another point already stands for, and a tau-less
+   method (sync SGD, PowerSGD, pseudo-sync) at a second tau: it ignores tau, so that is the
+   same run again (it meets the round-based methods at every tau in the report);
 4. launches the rest through the configured launcher (basic, or submitit_slurm), in batches of
    `max_batch_size`; a job that fails is recorded, never ends the sweep (a stop on a signal or
    Ctrl-C does: it is the user's);
@@ -161,7 +163,7 @@ class CommsgdSweeper(Sweeper):
         to_launch: list[tuple[list[str], Outcome]] = []
         configs: dict[int, dict[str, Any]] = {}  # id(outcome) -> the point's resolved config
         composed: dict[int, DictConfig] = {}  # id(outcome) -> its composed config
-        planned: dict[Path, str] = {}  # run directory -> the point that runs it
+        planned: dict[Any, str] = {}  # run directory (or tau-less key) -> the point that runs it
         group = self._group(arguments, varying, started)
         over = f" over {', '.join(varying)}" if varying else ""
         print(f"sweep: {len(points)} points{over}", flush=True)
@@ -177,7 +179,18 @@ class CommsgdSweeper(Sweeper):
                     outcome.status = "duplicate"
                     print(f"skip {label}: the same run as {planned[point.run_dir]}", flush=True)
                     continue
+                ignored = _ignoring_tau(point.config)
+                if ignored in planned:  # a tau-less method at a second tau: the same run again
+                    outcome.status = "duplicate"
+                    print(
+                        f"skip {label}: {point.config['algorithm']['name']} ignores tau, "
+                        f"the same run as {planned[ignored]}",
+                        flush=True,
+                    )
+                    continue
                 planned[point.run_dir] = label
+                if ignored is not None:
+                    planned[ignored] = label
                 status = finished_status(point.run_dir, point.digest, bool(cfg.rerun))
                 if status is not None and not cfg.rerun:
                     outcome.status = "skipped"
@@ -201,6 +214,8 @@ class CommsgdSweeper(Sweeper):
             self._launch(to_launch, describe)
         finally:  # also when a stop request (SystemExit) ends the sweep
             self._write_record(record, arguments, outcomes)
+        if self.config.get("experiment_name") == "default":
+            self._compare(outcomes)
         failed = [o for o in outcomes if o.status == "failed"]
         for o in failed:
             print(f"error: {o.point}: {o.error}", file=sys.stderr)
@@ -208,6 +223,25 @@ class CommsgdSweeper(Sweeper):
             sys.stdout.flush()
             raise SystemExit(2 if all(o.exit_code == 2 for o in failed) else 1)
         return outcomes
+
+    def _compare(self, outcomes: list[Outcome]) -> None:
+        """An ad-hoc sweep ends with its comparison (analysis/adhoc.py); a failure to make it
+        is one line, never the sweep's."""
+        from analysis.adhoc import sweep_comparison
+
+        dirs = [o.run_dir for o in outcomes if o.run_dir and o.status != "failed"]
+        if len({*dirs}) < 2:
+            return
+        target = OmegaConf.select(self.config, "scale.target_acc", default=None)
+        runs = str(Path(str(OmegaConf.select(self.config, "out_root", default="outputs"))) / "runs")
+        command = f"python -m analysis.report {runs} --out {Path(runs).parent / 'report'}"
+        try:
+            lines = sweep_comparison(dirs, None if target is None else float(target), command)
+        except Exception as e:  # the runs are the result; the summary is a courtesy
+            print(f"note: no comparison: {type(e).__name__}: {e}", file=sys.stderr)
+            return
+        if lines:
+            print("\n" + "\n".join(lines), flush=True)
 
     def _launch(self, to_launch: list[tuple[list[str], Outcome]], describe) -> None:
         size = self.max_batch_size or len(to_launch) or 1
@@ -385,6 +419,22 @@ class CommsgdSweeper(Sweeper):
                 "points": [o.__dict__ for o in outcomes],
             },
         )
+
+
+def _ignoring_tau(config: dict) -> Any:
+    """For a method that ignores `tau` (sync SGD, PowerSGD, pseudo-sync), its resolved config
+    without it, as a key: the points that differ only in tau are one run (no
+    pseudo-replication: analysis/claims.py); None for the round-based methods."""
+    import json
+
+    from analysis.load import TAU_LESS
+    from experiments.config.identity import identity_config
+
+    if (config.get("algorithm") or {}).get("name") not in TAU_LESS:
+        return None
+    same = identity_config(config)
+    same.pop("tau", None)
+    return ("tau-less", json.dumps(same, sort_keys=True, default=str))
 
 
 def _plain(value: Any) -> Any:
