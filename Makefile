@@ -45,7 +45,7 @@ SWEEP = $(PY) -m experiments.sweep --cluster $(strip $(CLUSTER)) $(SWEEP_ARGS) $
 .DEFAULT_GOAL := help
 .PHONY: help install test test-quick test-fast test-unit test-dist test-e2e test-slurm lint fmt \
 	demo smoke clean table1 table2 figures tune report bench bench-quick gpu-check docs \
-	recompute verify
+	recompute verify data
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -159,3 +159,21 @@ clean: ## Remove run outputs (OUT, default outputs) and caches (keeps .venv and 
 		echo "error: make clean would remove OUT=$(OUT); name the outputs folder" >&2; exit 2;; esac
 	rm -rf -- "$(OUT)" multirun .pytest_cache .ruff_cache
 	find . -name __pycache__ -not -path './$(VENV)/*' -exec rm -rf {} +
+
+# dataset=fashion_mnist reads the gzipped idx files of Debian's package from FASHION_MNIST_SOURCE
+# (its dataset.source) and decompresses them into dataset.root (docs/datasets.md).
+FASHION_MNIST_SOURCE ?= /usr/share/datasets/fashion-mnist
+FASHION_MNIST_FILES = $(addprefix $(FASHION_MNIST_SOURCE)/,train-images-idx3-ubyte.gz \
+	train-labels-idx1-ubyte.gz t10k-images-idx3-ubyte.gz t10k-labels-idx1-ubyte.gz)
+data: ## Install Fashion-MNIST offline: Debian's dataset-fashion-mnist where apt and root are available, else one line saying how
+	@if ls $(FASHION_MNIST_FILES) >/dev/null 2>&1; then \
+		echo "Fashion-MNIST is installed in $(FASHION_MNIST_SOURCE)"; \
+	elif command -v apt-get >/dev/null && [ "$$(id -u)" = 0 ]; then \
+		apt-get update -q && apt-get install -y -q dataset-fashion-mnist; \
+	else \
+		echo "error: cannot install Fashion-MNIST here (needs apt-get and root): run" \
+			"'sudo apt-get install dataset-fashion-mnist', or place the four idx files from" \
+			"https://github.com/zalandoresearch/fashion-mnist, gunzipped, in" \
+			"<dataset.root>/FashionMNIST/raw/ (default ./data)" >&2; \
+		exit 1; \
+	fi

@@ -383,6 +383,12 @@ add(
         r"^error: CIFAR-10 not found in .*/nowhere/cifar-10-batches-py",
     ),
     V(
+        "fashion-mnist-missing",
+        "dataset=fashion_mnist dataset.root={tmp}/nowhere dataset.source={tmp}/no-package",
+        r"^error: Fashion-MNIST not found in .*/nowhere/FashionMNIST/raw .*apt-get install"
+        r" dataset-fashion-mnist",
+    ),
+    V(
         "digits-test-fraction",
         "dataset=digits dataset.test_fraction=1.5",
         r"^error: dataset.test_fraction",

@@ -190,7 +190,7 @@ def _choices(group: str) -> str:
 
 BAD = [
     (["algorithm=foo"], f"error: unknown algorithm 'foo'; choose from {_choices('algorithm')}"),
-    (["dataset=foo"], "error: unknown dataset 'foo'; choose from cifar10, digits, synthetic"),
+    (["dataset=foo"], f"error: unknown dataset 'foo'; choose from {_choices('dataset')}"),
     (["partition=foo"], "error: unknown partition 'foo'; choose from dirichlet, iid, noniid"),
     (["network=foo"], f"error: unknown network 'foo'; choose from {_choices('network')}"),
     (["tau=abc"], "error: tau must be an integer, got 'abc'"),

@@ -14,8 +14,8 @@ computes or what its record says:
 - `checkpoint_every`, `checkpoint`: checkpoint cadence (resume is exact);
 - `cluster`: how the workers are started (local processes, SLURM, torchrun); a run of one
   configuration is the same run on every launcher;
-- `dataset.root`, `dataset.download`, `dataset.verify_checksums`: where the data lies and how
-  it is fetched;
+- `dataset.root`, `dataset.source`, `dataset.download`, `dataset.verify_checksums`: where the
+  data lies and how it is fetched;
 - `report`, `scale.target_acc`: what a preset's report does with the runs;
 - `rerun`: a request to recompute a finished run, not a property of it;
 - `hydra`: Hydra's own settings.
@@ -48,6 +48,7 @@ NON_IDENTITY_KEYS: tuple[str, ...] = (
     "checkpoint",
     "cluster",
     "dataset.root",
+    "dataset.source",
     "dataset.download",
     "dataset.verify_checksums",
     "report",

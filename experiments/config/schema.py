@@ -166,7 +166,8 @@ class Scale:
 class Config:
     # (The groups, conf/<group>/: each option is typed by its own schema, below.)
 
-    dataset: Any = MISSING  # group: digits (offline default) | cifar10 | synthetic
+    # group: digits (offline default) | cifar10 | fashion_mnist | synthetic
+    dataset: Any = MISSING
     model: Any = MISSING  # group: resnet18 | tiny_cnn
     partition: Any = MISSING  # group: iid | noniid | dirichlet
     algorithm: Any = MISSING  # group: one per algorithm (algorithms.TABLE)
@@ -241,6 +242,20 @@ class Cifar10(Dataset):
     verify_checksums: bool = MISSING  # md5 check of the batch files (false for repacked copies)
     augment: bool = MISSING  # RandomCrop(32, pad 4) + horizontal flip on the training set
     num_workers: int = MISSING  # DataLoader worker processes per rank
+
+
+@dataclass
+class FashionMnist(Dataset):
+    # folder holding FashionMNIST/raw/ (the four uncompressed idx files, torchvision's layout);
+    # null = $FASHION_MNIST_ROOT or ./data
+    root: str | None = MISSING
+    # folder of the gzipped idx files (Debian's dataset-fashion-mnist: `make data`), decompressed
+    # into root's FashionMNIST/raw/ when missing there; null = none
+    source: str | None = MISSING
+    downsample: int = MISSING  # average-pool factor: 1 = 28x28, 2 = 14x14 (means of 2x2 blocks)
+    # training images in use, drawn stratified by class with split_seed; null = all 60,000
+    train_size: int | None = MISSING
+    split_seed: int = MISSING  # seed of the train_size draw
 
 
 @dataclass
@@ -350,7 +365,12 @@ class SlurmCluster(Cluster):
 
 
 GROUP_SCHEMAS: dict[str, dict[str, type]] = {
-    "dataset": {"cifar10": Cifar10, "digits": Digits, "synthetic": Synthetic},
+    "dataset": {
+        "cifar10": Cifar10,
+        "digits": Digits,
+        "fashion_mnist": FashionMnist,
+        "synthetic": Synthetic,
+    },
     "model": {"resnet18": Model, "tiny_cnn": Model},
     "partition": {"iid": Partition, "noniid": NonIID, "dirichlet": Dirichlet},
     "network": {

@@ -1,16 +1,21 @@
-"""The three datasets, as map-style datasets of (float32 [C, H, W] tensor, int label).
+"""The four datasets, as map-style datasets of (float32 [C, H, W] tensor, int label).
 
 - `cifar10`: the papers' workload (algorithms.md section 9), read with torchvision in its own
   python-pickle format, with the reference augmentation and normalisation.
 - `digits`: scikit-learn's 1,797 bundled 8x8 handwritten digits. It ships with scikit-learn, so it
   is the offline default: `make demo` and the tests need neither network nor a data folder.
+- `fashion_mnist`: Zalando's 60,000 + 10,000 28x28 clothing images, from its idx files
+  (experiments/data/fashion_mnist.py; Debian's `dataset-fashion-mnist` package ships them), in
+  memory like digits, optionally downsampled and subsampled: real images offline, at a size
+  between digits' and CIFAR-10's.
 - `synthetic`: class prototypes plus Gaussian noise, any size, bit-identical for a config; for
   tests and for scaling experiments that need N samples without files.
 
 Two entry points, because data must be fetched once but read many times: `prepare_dataset` runs in
 the parent process before any worker starts (it may download, and turns every problem into a
 one-line `UserError`); `load_dataset` runs in each worker and never downloads, so 16 ranks never
-race to write the same archive.
+race to write the same archive. (Fashion-MNIST's loading may decompress a local copy into its
+root, atomically, when the runner's pre-flight has not already done it: no download.)
 
 Random numbers: a worker's data order and its augmentation (CIFAR-10's crop and flip) come from
 one explicit generator, its sampler's (`ResumableRandomSampler`): the sampler draws the epoch's
@@ -72,13 +77,18 @@ class TensorImageDataset(Dataset):
 
 
 def prepare_dataset(cfg: Mapping) -> None:
-    """Make sure the data is there (downloading CIFAR-10 if allowed) and the config is valid."""
+    """Make sure the data is there (downloading CIFAR-10 if allowed, decompressing Debian's
+    Fashion-MNIST into dataset.root when missing there) and the config is valid."""
     _validation_fraction(cfg)
     name = cfg.get("name")
     if name == "cifar10":
         from experiments.data import cifar10  # torchvision costs seconds to import: only when used
 
         cifar10.prepare(cfg)
+    elif name == "fashion_mnist":
+        from experiments.data import fashion_mnist
+
+        fashion_mnist.prepare(cfg)
     elif name == "digits":
         _load_digits(cfg)  # cheap; surfaces an impossible split before workers start
     elif name == "synthetic":
@@ -95,6 +105,10 @@ def load_dataset(cfg: Mapping) -> DataBundle:
         from experiments.data import cifar10
 
         bundle = cifar10.load(cfg)
+    elif name == "fashion_mnist":
+        from experiments.data import fashion_mnist
+
+        bundle = fashion_mnist.load(cfg)
     elif name == "digits":
         bundle = _load_digits(cfg)
     elif name == "synthetic":
@@ -147,7 +161,9 @@ def hold_out_validation(bundle: DataBundle, fraction: float) -> DataBundle:
 
 
 def _unknown(name: object) -> NoReturn:
-    raise UserError(f"unknown dataset.name {name!r}: expected one of cifar10, digits, synthetic")
+    raise UserError(
+        f"unknown dataset.name {name!r}: expected one of cifar10, digits, fashion_mnist, synthetic"
+    )
 
 
 def one_line(text: object, limit: int = 160) -> str:
