@@ -45,7 +45,7 @@ SWEEP = $(PY) -m experiments.sweep --cluster $(strip $(CLUSTER)) $(SWEEP_ARGS) $
 .DEFAULT_GOAL := help
 .PHONY: help install test test-quick test-fast test-unit test-dist test-e2e test-slurm lint fmt \
 	demo smoke clean table1 table2 figures tune report bench bench-quick gpu-check docs \
-	recompute verify data
+	recompute verify data controls losp pseudo-sync
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -124,10 +124,21 @@ tune: $(STAMP) ## Each method's base LR on a validation split (experiment=tune, 
 	$(PY) -m analysis.tune "$(OUT)/tune/runs" --scale $(SCALE) \
 		--command "make tune SCALE=$(SCALE)"
 
-report: table1 table2 figures ## Every preset: tables, figures, LOSP, pseudo-sync, low-comm studies
+controls: $(STAMP) ## The scale's controls: effects it must detect and identities it must call equivalent (results/controls)
+	$(call SWEEP,controls)
+
+losp: $(STAMP) ## LOSP vs OSP vs sync SGD with one slow worker on a modeled network, 8 seeds (results/losp)
 	$(call SWEEP,losp)
+
+pseudo-sync: $(STAMP) ## Pseudo-synchronous vs synchronous SGD: accuracy, speed, weak scaling, 8 seeds (results/pseudo_sync)
 	$(call SWEEP,pseudo_sync)
+
+# Every preset, then results/README.md: one row per claim of the seed papers, with its verdict
+# (analysis/verdict_page.py; with PUBLISH=1 or RESULTS=results it is the committed page).
+report: controls table1 table2 figures losp pseudo-sync ## Every preset (controls first), then the verdicts page $(OUT)/results/README.md (PUBLISH=1: results/README.md)
 	$(call SWEEP,low_comm)
+	$(PY) -m analysis.verdict_page --results \
+		"$(if $(filter 1 yes true,$(PUBLISH)),results,$(if $(RESULTS),$(RESULTS),$(OUT)/results))"
 
 # Every committed result rebuilt from its committed runs.jsonl.gz alone (no training) into
 # $(OUT)/recompute, then compared with results/: tables and claims byte for byte.

@@ -45,6 +45,7 @@ The rules, written into every `claims.md` (`METHOD`):
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -69,6 +70,7 @@ from analysis.stats import (
     combine,
     compare,
     corrected,
+    deciding,
     equivalent,
     ratio_below,
     welch,
@@ -141,10 +143,49 @@ class ClaimResult:
     evidence: str
     test: str = ""
     details: tuple[str, ...] = field(default_factory=tuple)
+    comparisons: tuple[Comparison, ...] = field(default_factory=tuple, compare=False)
 
     @property
     def verdict(self) -> str:
-        return VERDICTS[self.holds]
+        """ "holds", "does not hold", "cannot tell"; "(by the model)" when every comparison
+        behind it was a modeled quantity's (`analysis.stats`)."""
+        model = bool(self.comparisons) and all(c.test == "model" for c in self.comparisons)
+        return VERDICTS[self.holds] + (" (by the model)" if model else "")
+
+    def as_dict(self) -> dict:
+        """The claim for claims.json: its verdict and the comparison it rests on
+        (`analysis.stats.deciding`): effect, interval, n, MDD, the n needed."""
+        shown = deciding(self.comparisons, self.holds)
+        out = {
+            "name": self.name,
+            "text": self.text,
+            "verdict": self.verdict,
+            "evidence": self.evidence,
+            "test": self.test,
+            "comparisons": len(self.comparisons),
+        }
+        if shown is not None:
+            n = shown.n or min(shown.n_a, shown.n_b)
+            out["deciding"] = {
+                "line": shown.verdict_text(),
+                "a": shown.a,
+                "b": shown.b,
+                "kind": shown.kind,
+                "unit": shown.unit,
+                "test": shown.test,
+                "paired": shown.paired,
+                "n": n,
+                "estimate": _number(shown.estimate),
+                "low": _number(shown.low),
+                "high": _number(shown.high),
+                "level": shown.level,
+                "threshold": shown.threshold,
+                "mdd": _number(shown.mdd),
+                "margin": _number(shown.margin),
+                "n_needed": shown.n_needed,
+                "why": shown.why,
+            }
+        return out
 
     def line(self) -> str:
         """ "holds: <text> (<name>). <evidence>" on one line."""
@@ -163,8 +204,8 @@ def claim(name: str, text: str, test: str) -> Callable[[Callable], Claim]:
     def register(check: Callable[[pd.DataFrame, dict], tuple]) -> Claim:
         def run(summaries: pd.DataFrame, report: dict) -> ClaimResult:
             runs, node = per_run(summaries), dict(report or {})
-            holds, evidence, details = corrected(lambda: check(runs, node))
-            return ClaimResult(name, text, holds, evidence, test, tuple(details))
+            (holds, evidence, details), made = corrected(lambda: check(runs, node))
+            return ClaimResult(name, text, holds, evidence, test, tuple(details), tuple(made))
 
         run.__name__, run.__doc__ = check.__name__, f"{text}. {check.__doc__ or ''}".strip()
         CLAIMS[name] = run
@@ -208,11 +249,19 @@ def claims_markdown(results: Sequence[ClaimResult], title: str | None = None) ->
 def write_claims(
     results: Sequence[ClaimResult], out_dir: str | Path, title: str | None = None
 ) -> Path:
-    """Write `claims.md` into `out_dir`."""
+    """Write `claims.md` into `out_dir`, and `claims.json` beside it (`ClaimResult.as_dict`
+    per claim: what results/README.md is made of, analysis/verdict_page.py)."""
     path = Path(out_dir) / "claims.md"
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(claims_markdown(results, title) + "\n")
+    data = {"title": title, "claims": [r.as_dict() for r in results]}
+    (path.parent / "claims.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
     return path
+
+
+def _number(value: float | None) -> float | None:
+    """A float for JSON: None for NaN (JSON has no NaN)."""
+    return None if value is None or math.isnan(value) else float(value)
 
 
 # --- the runs, per side -------------------------------------------------------------------------

@@ -14,9 +14,16 @@ the runs directory it names (no training: seconds), into `<out>/<preset>/<scale>
   date, the commit of the checkout, where the runs were read from).
 
 One line per result; exit 0 when every result recomputes, 1 when one does not (each differing
-file named, with its first differing line), 2 for bad input (one `error:` line). A result whose
-report command is not `analysis.report` or that has no records cannot be recomputed: that is a
-difference (exit 1), never skipped.
+file named, with its first differing line), 2 for bad input (one `error:` line).
+
+`--update` (after a change to the analysis: the claims' statistics, the convergence rule)
+writes each recomputation into its committed folder instead: the tables, claims and figures
+from the same records, `provenance.txt` with the report's original command and a
+`recomputed:` line naming this commit. It refuses a checkout with uncommitted changes (the
+result must name a commit that holds its code); the records themselves are never rewritten.
+
+A result whose report command is not `analysis.report` or that has no records cannot be
+recomputed: that is a difference (exit 1), never skipped.
 """
 
 from __future__ import annotations
@@ -37,7 +44,7 @@ from experiments.errors import UserError
 REPO = Path(__file__).resolve().parents[1]
 # Provenance lines that name this recomputation rather than the result.
 # (`sweep command` is appended by the sweep that made the runs, which a report cannot know.)
-OWN_LINES = ("command", "date", "git commit", "runs root", "sweep command")
+OWN_LINES = ("command", "date", "git commit", "runs root", "sweep command", "recomputed")
 FIGURE_SUFFIXES = (".png", ".pdf")
 # The report's options that say where the runs came from or what may be written: not the
 # result's content. Value-taking ones drop their value too.
@@ -175,18 +182,77 @@ def chosen_results(args: argparse.Namespace) -> list[Path]:
     return dirs
 
 
+def update(result: Path, out: Path, commit: str) -> list[str]:
+    """Copy the recomputation in `out` into the committed `result` (module docstring); the
+    names of the files that changed."""
+    changed = []
+    committed = (result / "provenance.txt").read_text().splitlines()
+    kept = {
+        line.partition(": ")[0]: line
+        for line in committed
+        if line.partition(": ")[0] in ("command", "sweep command")
+    }
+    for made in sorted(p for p in out.iterdir() if p.is_file()):
+        target = result / made.name
+        if made.name == RECORDS:
+            continue  # the records are the result's; never rewritten
+        data = made.read_bytes()
+        if made.name == "provenance.txt":
+            lines = []
+            for line in made.read_text().splitlines():
+                key = line.partition(": ")[0]
+                if key == "recomputed":
+                    continue
+                lines.append(kept.pop(key, line))
+            lines += list(kept.values())
+            lines.append(
+                f"recomputed: from {RECORDS} by python -m analysis.recompute --update at {commit}"
+            )
+            data = ("\n".join(lines) + "\n").encode()
+        if not target.is_file() or target.read_bytes() != data:
+            target.write_bytes(data)
+            changed.append(made.name)
+    return changed
+
+
 def main(argv: Sequence[str] | None = None) -> int:
+    from analysis.report import git_commit
+
     parser = results_parser("python -m analysis.recompute", __doc__)
     parser.add_argument("--out", type=Path, default=Path("outputs/recompute"), metavar="DIR")
+    parser.add_argument(
+        "--update",
+        action="store_true",
+        help="write each recomputation into its committed folder (a clean checkout only)",
+    )
     args = parser.parse_args(argv)
     try:
         dirs = chosen_results(args)
         for d in dirs:
             if not (d / "provenance.txt").is_file():
                 raise UserError(f"{d}: not a result folder (no provenance.txt)")
+        commit = git_commit()
+        if args.update and commit.endswith("-dirty"):
+            raise UserError(
+                "--update refuses a checkout with uncommitted changes to tracked files: the "
+                "results must name a commit that holds their code (commit or stash them)"
+            )
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    if args.update:
+        for result in dirs:
+            name = f"{result.parent.name}/{result.name}"
+            out = args.out / result.parent.name / result.name
+            if out.exists():
+                shutil.rmtree(out)
+            failure = quiet_report(report_args(result, out))
+            if failure:
+                print(f"{name}: {failure}", file=sys.stderr)
+                return 1
+            changed = update(result, out, commit)
+            print(f"{name}: {'updated ' + ', '.join(changed) if changed else 'unchanged'}")
+        return 0
     failed = []
     for result in dirs:
         name = f"{result.parent.name}/{result.name}"

@@ -61,7 +61,15 @@ BOOTSTRAP_SEED = 0  # a report regenerated from the same runs prints the same in
 # The columns the timing model fixes (analysis.claims.per_run): equal on every seed they are
 # a property of the model, reported "by the model", not tested.
 MODELED = frozenset(
-    {"ratio", "exposed_per_epoch", "train_per_epoch", "peak", "bytes_per_step", "train_s"}
+    {
+        "ratio",
+        "exposed_per_epoch",
+        "train_per_epoch",
+        "peak",
+        "bytes_per_step",
+        "train_s",
+        "efficiency",
+    }
 )
 
 VERDICTS = {True: "holds", False: "does not hold", None: "cannot tell"}
@@ -132,6 +140,7 @@ class Comparison:
     n_needed: int | None = None
     p_against: float | None = None
     note: str = ""
+    unit: str = "acc"  # of the sides' column: acc, s, ratio or bytes (`_unit`)
 
     @property
     def n_a(self) -> int:
@@ -153,9 +162,11 @@ class Comparison:
     def verdict(self) -> str:
         return VERDICTS[self.holds] + (" (by the model)" if self.test == "model" else "")
 
-    def text(self, unit: str = "acc") -> str:
+    def text(self, unit: str | None = None) -> str:
         """ "losp 0.913 vs osp 0.905 (paired, n=8): difference +0.008, 95% CI [+0.002,
-        +0.014], paired t p = 0.020; MDD 0.006" (`unit`: acc, ratio, s or bytes)."""
+        +0.014], paired t p = 0.020; MDD 0.006" (`unit`: acc, ratio, s or bytes; default the
+        sides' own)."""
+        unit = unit or self.unit
         if self.paired:
             head = (
                 f"{self.a} {_value(_mean(self.a_values), unit)} vs {self.b} "
@@ -209,7 +220,7 @@ class Comparison:
             )
         return out
 
-    def verdict_text(self, unit: str = "acc") -> str:
+    def verdict_text(self, unit: str | None = None) -> str:
         """ "cannot tell: <text>"."""
         return f"{self.verdict}: {self.text(unit)}"
 
@@ -234,6 +245,7 @@ def compare(
     x, y = _floats(a_values), _floats(b_values)
     base = dict(a=a, b=b, a_values=x, b_values=y, threshold=threshold, direction=direction)
     base |= dict(kind="diff", level=1 - ALPHA, margin=_margin(margin, a_values, b_values))
+    base["unit"] = _unit(a_values, b_values)
     estimate = _diff(x, y)
     if pairs is None and (len(x) < 2 or len(y) < 2):
         return _undecided(base, estimate, "n < 2 on a side")
@@ -245,7 +257,9 @@ def compare(
         return _by_the_model(base, estimate)
     if pairs is not None:
         d = pairs[0] - pairs[1]
-        base |= dict(n=len(d))
+        # the sides as tested: their common seeds (the estimate is the mean difference)
+        base |= dict(n=len(d), a_values=_floats(pairs[0]), b_values=_floats(pairs[1]))
+        estimate = float(d.mean())
         result = _one_sample(d, threshold, 1 - ALPHA, direction)
     else:
         result = _two_sample(np.array(x), np.array(y), threshold, 1 - ALPHA, direction)
@@ -280,6 +294,7 @@ def equivalent(
     x, y = _floats(a_values), _floats(b_values)
     base = dict(a=a, b=b, a_values=x, b_values=y, threshold=margin, direction=0)
     base |= dict(kind="equivalence", level=1 - 2 * ALPHA, margin=margin)
+    base["unit"] = _unit(a_values, b_values)
     estimate = _diff(x, y)
     if pairs is None and (len(x) < 2 or len(y) < 2):
         return _undecided(base, estimate, "n < 2 on a side")
@@ -290,7 +305,8 @@ def equivalent(
     level = 1 - 2 * ALPHA
     if pairs is not None:
         d = pairs[0] - pairs[1]
-        base |= dict(n=len(d))
+        base |= dict(n=len(d), a_values=_floats(pairs[0]), b_values=_floats(pairs[1]))
+        estimate = float(d.mean())
         above = _one_sample(d, -margin, level, +1)
         below = _one_sample(d, margin, level, -1)
     else:
@@ -342,6 +358,7 @@ def ratio_below(
     x, y = _floats(a_values), _floats(b_values)
     base = dict(a=a, b=b, a_values=x, b_values=y, threshold=threshold)
     base |= dict(direction=-1, kind="ratio", level=1 - ALPHA, p=None, test="bootstrap")
+    base["unit"] = "ratio"
     mean_b = _mean(y)
     estimate = _mean(x) / mean_b if mean_b else math.nan
     if len(x) < 2 or len(y) < 2:
@@ -350,7 +367,7 @@ def ratio_below(
         return _undecided(base, estimate, unconverged)
     if not min(y) > 0:
         return _undecided(base, estimate, f"{b} has a zero value: no ratio")
-    if np.ptp(x) == 0 and np.ptp(y) == 0:
+    if _flat(x) and _flat(y):
         # no spread to resample: a modeled quantity, or too few distinct values to test
         if _modeled(a_values, b_values):
             return _by_the_model(base, estimate)
@@ -416,9 +433,10 @@ def holm(p_values: Sequence[float], alpha: float = ALPHA) -> list[bool]:
     return rejected
 
 
-def corrected(check: Callable[[], Any]) -> Any:
+def corrected(check: Callable[[], Any]) -> tuple[Any, list[Comparison]]:
     """Run `check` with Holm's correction of every "does not hold" it finds (module docstring):
-    once to collect its comparisons, once more to decide."""
+    once to collect its comparisons, once more to decide. Returns what `check` returned the
+    second time and the comparisons it made then (the corrected ones)."""
     token = _SEEN.set([])
     try:
         check()
@@ -429,10 +447,26 @@ def corrected(check: Callable[[], Any]) -> Any:
     keys = list(tests)
     rejected = holm([tests[k].p_against for k in keys])
     token = _DECIDED.set({"k": len(keys), **dict(zip(keys, rejected, strict=True))})
+    again = _SEEN.set([])
     try:
-        return check()
+        return check(), list(_SEEN.get())
     finally:
+        _SEEN.reset(again)
         _DECIDED.reset(token)
+
+
+def deciding(comparisons: Sequence[Comparison], holds: bool | None) -> Comparison | None:
+    """The comparison a claim's verdict rests on, for a one-line summary: for "holds" the
+    weakest of those that hold (the largest p), for "does not hold" the first that does not,
+    for "cannot tell" the first that cannot (a test made, before one that was not)."""
+    if not comparisons:
+        return None
+    if holds is True:
+        held = [c for c in comparisons if c.holds is True]
+        return max(held, key=lambda c: -1.0 if c.p is None else c.p) if held else None
+    wanted = [c for c in comparisons if c.holds is holds]
+    made = [c for c in wanted if not c.why]
+    return (made or wanted or [None])[0]
 
 
 def _holm(c: Comparison) -> Comparison:
@@ -478,15 +512,15 @@ def _modeled(a: Sequence[float], b: Sequence[float]) -> bool:
     if not columns <= MODELED:
         return False
     x, y = _floats(a), _floats(b)
-    return len(x) >= 2 and len(y) >= 2 and np.ptp(x) == 0 and np.ptp(y) == 0
+    return len(x) >= 2 and len(y) >= 2 and _flat(x) and _flat(y)
 
 
 def _by_the_model(base: dict, estimate: float) -> Comparison:
     holds = _side(estimate, estimate, base["threshold"], base["direction"])
-    return Comparison(
+    return _holm(Comparison(
         **{"p": None, **base, "test": "model"}, estimate=estimate, low=estimate, high=estimate,
         holds=holds,
-    )  # fmt: skip
+    ))  # fmt: skip
 
 
 def _one_sample(d: np.ndarray, threshold: float, level: float, direction: int) -> dict:
@@ -494,7 +528,8 @@ def _one_sample(d: np.ndarray, threshold: float, level: float, direction: int) -
     when d has no spread. p (two-sided), p_one (of the claimed side), p_other (of the other),
     p_against (two-sided scale of the other side, for Holm), low/high, sd, mdd, test."""
     n, sd = len(d), float(np.std(d, ddof=1))
-    if sd == 0:
+    if _flat(d):
+        d = np.full(n, float(np.mean(d)))
         x = d - threshold
         greater, less = _sign_flip(x, +1), _sign_flip(x, -1)
         p_one, p_other = (greater, less) if direction >= 0 else (less, greater)
@@ -525,7 +560,7 @@ def _two_sample(
 ) -> dict:
     """Welch's t of mean(x) - mean(y) against `threshold`; the exact permutation test when a
     side has no spread (the keys of `_one_sample`)."""
-    if np.ptp(x) == 0 or np.ptp(y) == 0:
+    if _flat(x) or _flat(y):
         greater = _permutation(x, y + threshold, "greater")
         less = _permutation(x, y + threshold, "less")
         p_one, p_other = (greater, less) if direction >= 0 else (less, greater)
@@ -597,6 +632,13 @@ def _permutation(x: np.ndarray, y: np.ndarray, alternative: str) -> float:
     return float(result.pvalue)
 
 
+def _flat(x: Sequence[float]) -> bool:
+    """No spread: every value the same, but for float rounding (a difference of accuracies
+    such as 0.86 - 0.95 and 0.84 - 0.93 differs in its last bits)."""
+    x = np.asarray(x, float)
+    return len(x) > 0 and float(np.ptp(x)) <= 1e-9 * max(1.0, float(np.abs(x).max()))
+
+
 def _pooled_sd(x: np.ndarray, y: np.ndarray) -> float:
     return float(math.sqrt((np.var(x, ddof=1) + np.var(y, ddof=1)) / 2))
 
@@ -639,6 +681,17 @@ def _n_needed(sd: float, margin: float, n: int, tost: bool = False) -> int | Non
     return MAX_N + 1
 
 
+UNITS = {"acc": "acc", "ratio": "ratio", "efficiency": "ratio", "peak": "bytes"}
+UNITS["bytes_per_step"] = "bytes"
+
+
+def _unit(a: Sequence[float], b: Sequence[float]) -> str:
+    """The unit of the sides' column: accuracies, ratios, bytes, else seconds; "acc" when the
+    sides do not say (plain lists)."""
+    column = getattr(b, "column", "") or getattr(a, "column", "")
+    return UNITS.get(column, "s") if column else "acc"
+
+
 def _margin(margin: float | None, a: Sequence[float], b: Sequence[float]) -> float:
     if margin is not None:
         return margin
@@ -660,8 +713,15 @@ def _not_converged(*sides: Sequence[float]) -> str:
 
 
 def _undecided(base: dict, estimate: float, why: str) -> Comparison:
-    return Comparison(
-        **{"p": None, **base}, estimate=estimate, low=math.nan, high=math.nan, holds=None, why=why
+    return _holm(
+        Comparison(
+            **{"p": None, **base},
+            estimate=estimate,
+            low=math.nan,
+            high=math.nan,
+            holds=None,
+            why=why,
+        )
     )
 
 

@@ -238,7 +238,7 @@ def pseudo_sync_scales_better(runs: pd.DataFrame, report: dict) -> tuple:
         top = mine[mine["workers"] == high].set_index("seed")["step_time"]
         common = sorted(set(base.index) & set(top.index))
         efficiency = np.array([base[s] / top[s] for s in common])
-        sides[name] = Side.of(efficiency, name, seeds=common, column="train_per_epoch")
+        sides[name] = Side.of(efficiency, name, seeds=common, column="efficiency")
         span = f"{int(low)} to {int(high)} workers"
     c = compare(PSEUDO, sides[PSEUDO], SYNC, sides[SYNC])
     return c.holds, span, [f"efficiency, {span}: {c.verdict_text('ratio')}"]

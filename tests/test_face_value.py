@@ -16,7 +16,7 @@ import pandas as pd
 import pytest
 import yaml
 
-from analysis.claims import Cell, per_run, welch
+from analysis.claims import Cell, compare, per_run
 from analysis.convergence import converged, converged_cell, run_convergence
 from analysis.report import (
     command_line,
@@ -215,17 +215,20 @@ def test_a_comparison_of_unconverged_runs_cannot_tell() -> None:
             "summary.final/test_acc": [0.95, 0.951, 0.952, 0.50, 0.51, 0.52],
         }
     )
-    decided = welch("a", *_sides(frame))
+    # the claims' test, paired by seed (differences 0.45, 0.441, 0.432)
+    decided = compare("a", *_sides(frame))
     assert decided.holds is True  # 0.95 vs 0.51: no doubt, when nothing says otherwise
+    assert decided.test == "paired t" and decided.n == 3
     frame["metrics.converged"] = [True, True, True, True, False, True]
-    undecided = welch("a", *_sides(frame))
+    undecided = compare("a", *_sides(frame))
     assert undecided.holds is None
     assert undecided.verdict_text().endswith("not converged: cannot tell (eamsgd: 1 of 3 runs)")
     # a diverged run decides by itself (accuracy 0), whatever its curve: the test is made
     frame["metrics.converged"] = [True, True, True, True, False, True]
     frame.loc[4, "summary.status"] = "diverged"
-    made = welch("a", *_sides(frame))
+    made = compare("a", *_sides(frame))
     assert made.why == "" and not math.isnan(made.low) and made.b_values[1] == 0.0
+    assert made.n == 3
 
 
 def _sides(frame: pd.DataFrame) -> tuple:

@@ -78,6 +78,7 @@ def test_the_config_defaults():
         "source": "/usr/share/datasets/fashion-mnist",
         "downsample": 1,
         "train_size": None,
+        "test_size": None,
         "split_seed": 0,
     }
 
@@ -134,6 +135,20 @@ def test_train_size_is_a_fixed_stratified_draw(data):
     assert a.train_labels.tolist() == labels[chosen].tolist()
     pixels = arrays["train-images-idx3-ubyte"][chosen] / np.float32(255)
     torch.testing.assert_close(a.train.images[:, 0], standardised(pixels))
+
+
+def test_test_size_is_a_fixed_stratified_draw_of_the_test_images(data):
+    source, root, arrays = data
+    a = load_dataset(config(source, root, "dataset.test_size=20"))
+    b = load_dataset(config(source, root, "dataset.test_size=20"))
+    assert len(a.test) == 20 and len(a.train) == 120  # the training set whole
+    labels = arrays["t10k-labels-idx1-ubyte"].astype(np.int64)
+    chosen = fm._train_indices(labels, 20, 0, "test_size")
+    assert np.bincount(labels[chosen], minlength=10).tolist() == [2] * 10  # stratified
+    assert torch.equal(a.test.images, b.test.images)
+    assert a.test.labels.tolist() == labels[chosen].tolist()
+    with pytest.raises(UserError, match="dataset.test_size=31 exceeds the 30 test images"):
+        load_dataset(config(source, root, "dataset.test_size=31"))
 
 
 def test_validation_split_is_held_out_of_the_drawn_training_images(data):

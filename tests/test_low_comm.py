@@ -5,7 +5,9 @@ slowest network), each on hand-made frames per verdict and once through a report
 from __future__ import annotations
 
 import itertools
+import zlib
 
+import numpy as np
 import pandas as pd
 import pytest
 import torch
@@ -124,9 +126,34 @@ def run(
     }
 
 
-def seeds(algorithm: str, acc: float, spread: float = 0.002, n: int = 3, **kw) -> list[dict]:
-    """`n` seeds with accuracies acc - spread, acc, acc + spread (sd = spread)."""
-    return [run(algorithm, s, acc + spread * (s - (n - 1) / 2), **kw) for s in range(n)]
+N = 8  # seeds a method
+
+
+def noise(key: str, n: int) -> np.ndarray:
+    """`n` draws of one method's own luck, deterministic per `key`, centred and scaled to mean
+    0 and sd 1 (zeros for n < 2): a side's mean is what the test says, and paired differences
+    of two methods have spread."""
+    if n < 2:
+        return np.zeros(n)
+    draws = np.random.default_rng(zlib.crc32(key.encode())).standard_normal(n)
+    return (draws - draws.mean()) / draws.std(ddof=1)
+
+
+def shared(n: int) -> np.ndarray:
+    """The luck a seed gives every method alike: seeds 0..n-1, centred."""
+    return np.arange(n) - (n - 1) / 2
+
+
+def seeds(
+    algorithm: str, acc: float, spread: float = 0.002, n: int = N, shared_sd: float = 0.002, **kw
+) -> list[dict]:
+    """`n` seeds with accuracies acc + shared_sd x a seed's luck (every method's alike, what
+    pairing removes) + spread x the method's own noise (per algorithm, knobs and network)."""
+    own = noise(f"{algorithm}|{sorted(kw.items())}", n)
+    return [
+        run(algorithm, s, float(acc + shared_sd * shared(n)[s] + spread * own[s]), **kw)
+        for s in range(n)
+    ]
 
 
 def check(name: str, *groups: list[dict], report: dict | None = None) -> ClaimResult:
@@ -150,12 +177,14 @@ def test_streaming_diloco_far_less_peak_same_accuracy_holds():
     )
     (line,) = result.details
     assert line.startswith(
-        "tau=16: holds: accuracy holds: streaming_diloco 0.971 (n=3) vs diloco "
-        "0.970 (n=3): difference +0.001, 90% CI ["
+        "tau=16: holds: accuracy holds: streaming_diloco 0.971 vs diloco "
+        "0.970 (paired, n=8): difference +0.001, 90% CI ["
     )
-    assert (
-        "peak bytes per collective holds: streaming_diloco 392 kB (n=3) vs diloco 700 kB (n=3): "
-        "ratio 0.56, 95% bootstrap CI [0.56, 0.56] vs 0.6" in line
+    # the peak is the same on every seed: the timing model's, reported, not bootstrapped
+    assert line.endswith(
+        "peak bytes per collective holds (by the model): streaming_diloco 392 kB (n=8) vs "
+        "diloco 700 kB (n=8): ratio 0.56 vs 0.6, by the model (the same value on every seed of "
+        "both sides: set by the timing model, not sampled)"
     )
 
 
@@ -163,7 +192,7 @@ def test_streaming_diloco_far_less_peak_same_accuracy_holds():
     "streaming, verdict",
     [
         (dict(acc=0.90), False),  # far apart: wholly outside the margin
-        (dict(acc=0.965, spread=0.03), None),  # noisy: straddles the margin
+        (dict(acc=0.965, spread=0.03), None),  # noisy: the 90% CI straddles -margin
         (dict(acc=0.971, peak=0.9 * MODEL), False),  # the peak is not far less
         (dict(acc=0.971, n=1), None),  # one run: no interval
     ],
@@ -209,14 +238,15 @@ def test_streaming_diloco_claim_without_either_method_cannot_tell():
         (0.975, 0.002, True),  # better
         (0.968, 0.002, True),  # a little lower, but within the margin: comparable
         (0.90, 0.002, False),  # clearly worse
-        (0.96, 0.02, None),  # noisy: the interval straddles -margin
+        (0.96, 0.02, None),  # noisy: 0.005 above -margin against an MDD of 0.02
     ],
     ids=["better", "comparable", "worse", "noisy"],
 )
 def test_diloco_not_worse_than_local_sgd_is_non_inferiority(diloco, spread, verdict):
     result = check(SAME_PEAK, seeds("diloco", diloco, spread), seeds("local_sgd", 0.970))
     assert result.holds is verdict, result.details
-    assert f"vs -{COMPARABLE:g}, Welch p" in result.details[0]
+    assert f"vs -{COMPARABLE:g}, paired t p" in result.details[0]  # paired by seed
+    assert "(paired, n=8)" in result.details[0]
     assert result.evidence.endswith(f"comparable = not more than {COMPARABLE:g} below")
 
 
@@ -234,10 +264,12 @@ def test_diloco_claim_needs_equal_bytes_per_step():
 
 
 def test_diloco_claim_counts_diverged_runs_as_zero():
-    diverged = [run("diloco", s, 0.1, status="diverged") for s in range(3)]
+    diverged = [run("diloco", s, 0.1, status="diverged") for s in range(N)]
     result = check(SAME_PEAK, diverged, seeds("local_sgd", 0.97))
     assert result.holds is False
-    assert "diloco (3/3 diverged, as 0) 0.000 (n=3)" in result.details[0]
+    assert (
+        "diloco (8/8 diverged, as 0) 0.000 vs local_sgd 0.970 (paired, n=8)" in (result.details[0])
+    )
 
 
 # (c) overlapping methods reach the target sooner on the slowest network
@@ -247,13 +279,16 @@ BLOCKING = ("local_sgd", "diloco")
 
 
 def timed(overlap_s: float, block_s: float, network: str = "wan", **kw) -> list[dict]:
-    """Every method at 3 seeds: overlapping ones reach the target at about `overlap_s`, blocking
-    ones at about `block_s` (0.1 s apart between seeds)."""
+    """Every method at 8 seeds: overlapping ones reach the target at `overlap_s` on average,
+    blocking ones at `block_s`, + 0.1 s x a seed's shared luck + 0.1 s x the method's own
+    noise."""
     runs = []
     for name in (*OVERLAPPING, *BLOCKING):
         base = overlap_s if name in OVERLAPPING else block_s
-        for s in range(3):
-            runs.append(run(name, s, 0.97, network=network, to_target=base + 0.1 * (s - 1), **kw))
+        own = noise(f"{name}|{network}", N)
+        for s in range(N):
+            to = float(base + 0.1 * shared(N)[s] + 0.1 * own[s])
+            runs.append(run(name, s, 0.97, network=network, to_target=to, **kw))
     return runs
 
 
@@ -276,34 +311,39 @@ def test_overlapping_methods_slower_does_not_hold_and_shows_the_failing_pair():
     result = check(SOONER, runs)
     assert result.holds is False
     (line,) = result.details
-    assert line.startswith("tau=16: does not hold: diloco 4.5 s (n=3) vs cocod_sgd 6 s (n=3)")
+    assert line.startswith("tau=16: does not hold: diloco 4.5 s vs cocod_sgd 6 s (paired, n=8)")
     assert line.endswith("[6 comparisons: holds 4, does not hold 2]")
 
 
 def test_overlapping_methods_close_call_cannot_tell():
-    runs = timed(3.0, 3.05)
+    runs = timed(3.0, 3.02)  # 0.02 s apart against an MDD of about 0.15 s
     result = check(SOONER, runs)
-    assert result.holds is None
+    assert result.holds is None, result.details
+    assert result.details[0].endswith("[6 comparisons: cannot tell 6]")
 
 
 def test_never_reached_runs_are_lower_bounds_only_where_conservative():
     def runs(early_to, late_to, early_train=8.0, late_train=9.0):
+        """8 seeds of each: times (to the target, and training) + 0.1 s x a seed's shared luck
+        + 0.1 s x the method's own noise."""
         out = []
         for name, to, train in (
             ("streaming_diloco", early_to, early_train),
             ("local_sgd", late_to, late_train),
         ):
-            for s in range(3):
-                t = None if to is None else to + 0.1 * s
-                out.append(run(name, s, 0.95, train=train + 0.1 * s, to_target=t))
+            own = noise(name, N)
+            for s in range(N):
+                luck = 0.1 * shared(N)[s] + 0.1 * own[s]
+                t = None if to is None else float(to + luck)
+                out.append(run(name, s, 0.95, train=float(train + luck), to_target=t))
         return out
 
     # the blocking method never reached it; its training time (a lower bound) is already later
     late_never = check(SOONER, runs(3.0, None))
     assert late_never.holds is True, late_never.details
     assert (
-        "local_sgd (3/3 never reached it: training time, a lower bound) 9.1 s"
-        in (late_never.details[0])
+        "local_sgd (8/8 never reached it: training time, a lower bound) 9 s vs streaming_diloco "
+        "3 s (paired, n=8)" in (late_never.details[0])
     )
     # ... but a lower bound below the other's time cannot make it "does not hold"
     assert check(SOONER, runs(9.5, None, early_train=12.0)).holds is None
@@ -374,10 +414,13 @@ def test_report_adds_time_to_target_and_peak_for_the_claims(tmp_path):
         "figures": [],
     }
     i = 0
+    # 8 seeds: the times to target are the model's, the same gap on every seed (no spread),
+    # which the exact sign-flip test decides from 6 seeds; the accuracies have each method's
+    # own noise (0.002) on top of a seed's shared luck (0.001 a seed)
     for name, network, seed in itertools.product(
         ("local_sgd", "diloco", "streaming_diloco", "overlap_local_sgd", "cocod_sgd"),
         ("wan", "ideal", "ethernet10g"),
-        range(3),
+        range(N),
     ):
         blocking = name in ("local_sgd", "diloco") and network == "wan"
         fragmented = name == "streaming_diloco"
@@ -395,9 +438,8 @@ def test_report_adds_time_to_target_and_peak_for_the_claims(tmp_path):
             report=node,
             network={"name": network, "bandwidth_gbps": BANDWIDTH[network]},
         )
-        fx.write_run(
-            tmp_path / "runs" / f"{i:02d}", config, 0.95 + 0.001 * seed, per_epoch=per_epoch
-        )
+        final = 0.95 + 0.001 * seed + 0.002 * noise(f"{name}|{network}", N)[seed]
+        fx.write_run(tmp_path / "runs" / f"{i:03d}", config, round(final, 6), per_epoch=per_epoch)
         i += 1
     result = report_experiment(tmp_path / "runs", tmp_path / "out", "x", grid={})
     table = result["markdown"]
@@ -416,6 +458,7 @@ def test_report_adds_time_to_target_and_peak_for_the_claims(tmp_path):
     ]
     sooner = next(c for c in result["claims"] if c.name == SOONER)
     assert sooner.evidence.startswith("network wan (0.1 Gbps); target acc ≥ 0.8")
-    assert "diloco 4 s (n=3) vs cocod_sgd 2 s (n=3)" in sooner.details[0]
+    assert "diloco 4 s vs cocod_sgd 2 s (paired, n=8): difference +2 s" in sooner.details[0]
+    assert "sign-flip p = 0.008" in sooner.details[0]  # 2 / 2^8: every seed 2 s apart
     claims_md = (tmp_path / "out" / "claims.md").read_text()
     assert claims_md.count("- **holds**") == 3

@@ -255,7 +255,9 @@ class FashionMnist(Dataset):
     downsample: int = MISSING  # average-pool factor: 1 = 28x28, 2 = 14x14 (means of 2x2 blocks)
     # training images in use, drawn stratified by class with split_seed; null = all 60,000
     train_size: int | None = MISSING
-    split_seed: int = MISSING  # seed of the train_size draw
+    # test images in use (of the 10,000), drawn the same way; null = all
+    test_size: int | None = MISSING
+    split_seed: int = MISSING  # seed of the train_size and test_size draws
 
 
 @dataclass

@@ -1,0 +1,208 @@
+"""results/README.md: one row per headline claim of the seed papers, with its verdict.
+
+    python -m analysis.verdict_page [--results results] [--out results/README.md]
+
+(`make report` ends with it.) Reads every committed result's `claims.json` (written by the
+report beside `claims.md`: analysis/claims.py `ClaimResult.as_dict`) and writes one page: the
+controls first (a scale that fails them supports no verdict), then per paper each claim with
+the suite's setting, n, the verdict, the effect with its interval, the minimum detectable
+difference at 80% power (and the n needed where the test cannot tell), and the command that
+regenerates it. A headline claim no committed result tests is listed with the reason
+(`NOT_TESTED`). Nothing here computes a statistic: every number is the report's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from collections.abc import Sequence
+from pathlib import Path
+
+from analysis.stats import _magnitude, _signed
+from experiments.errors import UserError
+
+REPO = Path(__file__).resolve().parents[1]
+
+# Where each claim comes from: (paper, figure or table).
+SOURCES: dict[str, tuple[str, str]] = {
+    "control_local_sgd_loses_accuracy_at_large_tau": (
+        "control (positive)",
+        "Overlap-Local-SGD sec. 1",
+    ),
+    "control_noniid_below_iid": ("control (positive)", "Overlap-Local-SGD tables 1 vs 2"),
+    "control_sync_slower_on_a_modeled_network": ("control (positive)", "timing model"),
+    "control_osp_equals_losp_on_ideal_network": ("control (negative)", "identity"),
+    "overlap_best_at_every_tau": ("Overlap-Local-SGD", "tables 1, 2; fig. 5"),
+    "eamsgd_worst": ("Overlap-Local-SGD", "table 1"),
+    "cocod_diverges_at_large_tau_overlap_does_not": ("Overlap-Local-SGD", "table 2"),
+    "overlap_ratio_far_below_sync": ("Overlap-Local-SGD", "fig. 4"),
+    "powersgd_exposed_above_local_methods": ("Overlap-Local-SGD", "fig. 4"),
+    "losp_beats_osp": ("LOSP", "accuracy"),
+    "losp_sooner_than_osp": ("LOSP", "time to accuracy"),
+    "osp_losp_faster_than_sync_under_heterogeneity": ("OSP / LOSP", "heterogeneous workers"),
+    "pseudo_sync_matches_sync": ("pseudo-synchronous SGD", "accuracy"),
+    "pseudo_sync_faster_than_sync": ("pseudo-synchronous SGD", "speed"),
+    "pseudo_sync_scales_better": ("pseudo-synchronous SGD", "weak scaling"),
+    "streaming_diloco_less_peak_same_accuracy": ("Streaming DiLoCo", "peak bandwidth"),
+    "diloco_not_worse_than_local_sgd": ("DiLoCo", "outer optimizer"),
+    "overlapping_methods_reach_target_sooner_on_slow_network": ("Streaming DiLoCo", "overlap"),
+}
+PAPER_ORDER = [
+    "control (positive)",
+    "control (negative)",
+    "Overlap-Local-SGD",
+    "LOSP",
+    "OSP / LOSP",
+    "pseudo-synchronous SGD",
+    "DiLoCo",
+    "Streaming DiLoCo",
+]
+# Headline claims of the seeds that no committed result tests, and why.
+NOT_TESTED: list[tuple[str, str, str, str]] = [
+    (
+        "Overlap-Local-SGD",
+        "tables 1, 2",
+        "Overlap-Local-SGD at tau = 1, 2 reaches even higher accuracy than fully synchronous SGD",
+        "not tested: tables 1 and 2 have no sync SGD row yet",
+    ),
+    (
+        "LOSP",
+        "communication cost",
+        "LOSP's communication cost is lower than OSP's",
+        "equal by construction here: in the suite's reading LOSP and OSP send the same "
+        "accumulated update each round (algorithms/losp.py), so their bytes are the same",
+    ),
+]
+# The presets' commands (Makefile).
+COMMANDS = {
+    "controls": "make controls",
+    "losp": "make losp",
+    "pseudo_sync": "make pseudo-sync",
+    "table1": "make table1",
+    "table2": "make table2",
+    "fig4": "make figures",
+    "fig5": "make figures",
+    "low_comm": "make report",
+    "demo": "make demo",
+}
+
+
+def load(results: Path) -> list[dict]:
+    """Every claim of every result under `results` (`<preset>/<scale>/claims.json`), with its
+    preset, scale and the result's folder."""
+    out = []
+    for path in sorted(results.glob("*/*/claims.json")):
+        data = json.loads(path.read_text())
+        preset, scale = path.parent.parent.name, path.parent.name
+        for item in data.get("claims", []):
+            out.append({**item, "preset": preset, "scale": scale, "dir": path.parent})
+    return out
+
+
+def row(item: dict, results: Path) -> list[str]:
+    """The page's cells for one checked claim."""
+    paper, where = SOURCES.get(item["name"], ("other", ""))
+    d = item.get("deciding") or {}
+    unit = d.get("unit", "acc")
+    if d.get("estimate") is None:
+        effect = d.get("why") or "–"
+    elif d.get("kind") == "ratio":
+        effect = f"ratio {d['estimate']:.3g}"
+    else:
+        effect = _signed(d["estimate"], unit)
+    if d.get("low") is not None and d.get("high") is not None and d.get("test") != "model":
+        level = f"{100 * d['level']:g}%"
+        if d.get("kind") == "ratio":
+            effect += f" [{d['low']:.3g}, {d['high']:.3g}] ({level})"
+        else:
+            effect += f" [{_signed(d['low'], unit)}, {_signed(d['high'], unit)}] ({level})"
+    mdd = "–"
+    if d.get("mdd") is not None:
+        mdd = _magnitude(d["mdd"], unit)
+        if d.get("margin") is not None:
+            mdd += f" (margin {_magnitude(d['margin'], unit)})"
+        needed, n = d.get("n_needed"), d.get("n") or 0
+        if item["verdict"].startswith("cannot tell") and needed and needed > n:
+            mdd += f"; n = {needed} needed"
+    n = str(d.get("n", "–")) + (" paired" if d.get("paired") else "")
+    folder = (
+        item["dir"].relative_to(results) if item["dir"].is_relative_to(results) else item["dir"]
+    )
+    setting = f"[{item['preset']}]({folder}/claims.md), {item['scale']}"
+    return [
+        f"{paper}: {where}",
+        item["text"].split(" (")[0],
+        setting,
+        n,
+        f"**{item['verdict']}**",
+        effect,
+        mdd,
+        f"`{COMMANDS.get(item['preset'], 'make report')}`",
+    ]
+
+
+HEADER = ["source", "claim", "result, scale", "n", "verdict", "effect [interval]", "MDD", "command"]
+
+
+def page(results: Path) -> str:
+    """The whole page (module docstring)."""
+    items = load(results)
+    if not items:
+        raise UserError(f"no claims.json under {results}/*/*: run the reports first (make report)")
+    order = {p: i for i, p in enumerate(PAPER_ORDER)}
+    items.sort(key=lambda it: (order.get(SOURCES.get(it["name"], ("other",))[0], 99), it["preset"]))
+    lines = [
+        "# The seed papers' claims: verdicts",
+        "",
+        "Generated by `python -m analysis.verdict_page` (the last step of `make report`) from "
+        "each committed result's `claims.json`; every number is its report's. Each claim is "
+        "tested paired by seed at alpha = 0.05 (analysis/stats.py: paired t-test; the exact "
+        "sign-flip test where the differences have no spread; TOST for equivalence; Holm over "
+        "a claim's comparisons). `effect` is the comparison the verdict rests on, with its "
+        "interval; `MDD` its minimum detectable difference at 80% power, against the claim's "
+        'margin, and the n that would reach the margin where it cannot tell. "by the model": '
+        "a quantity the timing model fixes, the same on every seed, reported, not tested. "
+        "Each result's claims.md has every comparison.",
+        "",
+        "What the scale is: the cpu scale trains a narrow ResNet-18 on scikit-learn's 8x8 "
+        "digits (300 test images: one image = 0.0033 of accuracy) with 4 workers; its "
+        "verdicts are about these methods at this scale, not the papers' ResNet-18 on "
+        'CIFAR-10 (scale=paper). "holds" says the suite reproduces the claim at that scale.',
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "---|" * len(HEADER),
+    ]
+    for item in items:
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row(item, results)) + " |")
+    lines += ["", "Not tested by a committed result:", ""]
+    for paper, where, text, why in NOT_TESTED:
+        lines.append(f"- {paper} ({where}): {text}: {why}.")
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item["verdict"]] = counts.get(item["verdict"], 0) + 1
+    lines += [
+        "",
+        "Verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ".",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m analysis.verdict_page", description=__doc__)
+    parser.add_argument("--results", type=Path, default=REPO / "results", metavar="DIR")
+    parser.add_argument("--out", type=Path, default=None, metavar="FILE")
+    args = parser.parse_args(argv)
+    try:
+        text = page(args.results)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
+    out = args.out or args.results / "README.md"
+    out.write_text(text)
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
