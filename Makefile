@@ -41,6 +41,12 @@ endif
 #  cluster.gpus_per_node=8 out_root=outputs/table1` (the runs in outputs/table1/runs), then the report
 SWEEP = $(PY) -m experiments.sweep --cluster $(strip $(CLUSTER)) $(SWEEP_ARGS) $(1) \
 	$(strip $(SLURM_KEYS))
+# The verdicts' presets (controls, losp, pseudo_sync) run at VERDICT_SCALE: Fashion-MNIST,
+# where the controls pass (conf/scale/fmnist.yaml); `make controls VERDICT_SCALE=cpu` shows the
+# digits failing them. $(call VSWEEP,<preset>,<scale>)
+VERDICT_SCALE ?= fmnist
+VSWEEP = $(PY) -m experiments.sweep --cluster $(strip $(CLUSTER)) \
+	$(subst --scale $(SCALE),--scale $(2),$(SWEEP_ARGS)) $(1) $(strip $(SLURM_KEYS))
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-quick test-fast test-unit test-dist test-e2e test-slurm lint fmt \
@@ -124,18 +130,20 @@ tune: $(STAMP) ## Each method's base LR on a validation split (experiment=tune, 
 	$(PY) -m analysis.tune "$(OUT)/tune/runs" --scale $(SCALE) \
 		--command "make tune SCALE=$(SCALE)"
 
-controls: $(STAMP) ## The scale's controls: effects it must detect and identities it must call equivalent (results/controls)
-	$(call SWEEP,controls)
+controls: $(STAMP) ## The controls at VERDICT_SCALE (fmnist): effects it must detect, identities it must call equivalent (results/controls)
+	$(call VSWEEP,controls,$(VERDICT_SCALE))
 
-losp: $(STAMP) ## LOSP vs OSP vs sync SGD with one slow worker on a modeled network, 8 seeds (results/losp)
-	$(call SWEEP,losp)
+losp: $(STAMP) ## LOSP vs OSP vs sync SGD, one slow worker, modeled network, 8 seeds, at VERDICT_SCALE (results/losp)
+	$(call VSWEEP,losp,$(VERDICT_SCALE))
 
-pseudo-sync: $(STAMP) ## Pseudo-synchronous vs synchronous SGD: accuracy, speed, weak scaling, 8 seeds (results/pseudo_sync)
-	$(call SWEEP,pseudo_sync)
+pseudo-sync: $(STAMP) ## Pseudo-synchronous vs synchronous SGD: accuracy, speed, weak scaling, 8 seeds, at VERDICT_SCALE (results/pseudo_sync)
+	$(call VSWEEP,pseudo_sync,$(VERDICT_SCALE))
 
-# Every preset, then results/README.md: one row per claim of the seed papers, with its verdict
-# (analysis/verdict_page.py; with PUBLISH=1 or RESULTS=results it is the committed page).
+# Every committed result (the tables at SCALE, the verdicts' presets at VERDICT_SCALE, the
+# controls at both), then results/README.md: one row per claim of the seed papers, with its
+# verdict (analysis/verdict_page.py; with PUBLISH=1 or RESULTS=results the committed page).
 report: controls table1 table2 figures losp pseudo-sync ## Every preset (controls first), then the verdicts page $(OUT)/results/README.md (PUBLISH=1: results/README.md)
+	$(call VSWEEP,controls,$(SCALE))
 	$(call SWEEP,low_comm)
 	$(PY) -m analysis.verdict_page --results \
 		"$(if $(filter 1 yes true,$(PUBLISH)),results,$(if $(RESULTS),$(RESULTS),$(OUT)/results))"

@@ -392,14 +392,16 @@ class Cell:
         rest = self.runs[~self.runs["algorithm"].isin(wanted)]
         return sorted(rest["method"].dropna().unique())
 
-    def values(self, method: str, column: str) -> np.ndarray:
-        """The method's values of `column` here; for an accuracy or a time to it, marked with
-        the runs that did not converge (`Side`), so that a comparison of them cannot tell."""
+    def values(self, method: str, column: str, at_budget: bool = False) -> np.ndarray:
+        """The method's values of `column` here, with their seeds (`Side`); for an accuracy or
+        a time to it, marked with the runs that did not converge, so that a comparison of them
+        cannot tell, unless the claim is about a fixed step budget (`at_budget`: what the
+        runs reach in the steps they were given, converged or not)."""
         mine = self.runs[self.runs["method"] == method]
         known = mine[mine[column].notna()]
         values, seeds = known[column].to_numpy(float), known["seed"].to_numpy(float)
         seeds = None if np.isnan(seeds).any() else seeds
-        if column not in CONVERGENCE_BOUND:
+        if column not in CONVERGENCE_BOUND or at_budget:
             return Side.of(values, method, seeds=seeds, column=column)
         flags = mine["converged"].dropna().astype(bool)
         return Side.of(values, method, int((~flags).sum()), len(flags), seeds, column)

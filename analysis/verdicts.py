@@ -5,6 +5,10 @@ tested the same way (`analysis.stats`: paired by seed, MDD at 80% power, Holm).
 Controls (experiment=controls): before a verdict, the scale must detect effects known to exist
 and call two identical things equivalent.
 
+The two accuracy controls are about a fixed step budget: they compare what the runs reach in
+their steps, converged or not (`Cell.values(at_budget=True)`); every other comparison of
+accuracies or times to accuracy cannot tell unless its runs converged (analysis/claims.py).
+
 - `control_local_sgd_loses_accuracy_at_large_tau` (positive): at a fixed step budget, Local
   SGD's accuracy falls as tau grows (Overlap-Local-SGD paper, sec. 1: "the error-runtime
   trade-off"): the smallest tau above the largest, per partition.
@@ -58,8 +62,9 @@ EQUIVALENT_IDENTICAL = 0.005
 
 
 def _side(rows: pd.DataFrame, column: str, method: str) -> Side:
-    """The rows' `column` as a side paired by seed (convergence marks through `Cell`)."""
-    return Cell("", rows).values(method, column)
+    """The rows' `column` as a side paired by seed, at the runs' fixed step budget (the
+    controls of accuracy are about what a budget buys, converged or not)."""
+    return Cell("", rows).values(method, column, at_budget=True)
 
 
 def _local(runs: pd.DataFrame) -> pd.DataFrame:
