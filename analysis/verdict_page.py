@@ -74,6 +74,18 @@ NOT_TESTED: list[tuple[str, str, str, str]] = [
         "accumulated update each round (algorithms/losp.py), so their bytes are the same",
     ),
 ]
+# Each preset's setting, in a few words (its conf/experiment/<preset>.yaml says it in full).
+SETTINGS = {
+    "controls": "4 workers; 1 Gbps modeled network (OSP/LOSP: ideal), equal workers",
+    "losp": "4 workers, one 3x slower; 1 Gbps modeled network; tau 1, 2, 4",
+    "pseudo_sync": "2, 4, 8 workers (weak scaling); 1 Gbps modeled network",
+    "table1": "4 workers, IID; tau 1, 2, 4, 8",
+    "table2": "4 workers, non-IID (35% one class); tau 1, 2, 4, 8",
+    "fig4": "4 workers; calibrated 1 Gbps network; tau 2",
+    "fig5": "4 workers, non-IID; calibrated network; tau 2",
+    "low_comm": "4 workers; ideal, 10 Gbps and WAN networks; tau 16",
+    "demo": "4 workers, 5 epochs; tau 4",
+}
 # The presets' commands (Makefile).
 COMMANDS = {
     "controls": "make controls",
@@ -107,14 +119,20 @@ def row(item: dict, results: Path) -> list[str]:
     unit = d.get("unit", "acc")
     if d.get("estimate") is None:
         effect = d.get("why") or "–"
+    elif d.get("why"):
+        effect = f"{_signed(d['estimate'], unit)} ({d['why']})"
     elif d.get("kind") == "ratio":
         effect = f"ratio {d['estimate']:.3g}"
+    elif unit == "ratio":  # a difference of ratios (efficiencies): in points of percent
+        effect = f"{100 * d['estimate']:+.1f} points"
     else:
         effect = _signed(d["estimate"], unit)
     if d.get("low") is not None and d.get("high") is not None and d.get("test") != "model":
         level = f"{100 * d['level']:g}%"
         if d.get("kind") == "ratio":
             effect += f" [{d['low']:.3g}, {d['high']:.3g}] ({level})"
+        elif unit == "ratio":
+            effect += f" [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] ({level})"
         else:
             effect += f" [{_signed(d['low'], unit)}, {_signed(d['high'], unit)}] ({level})"
     mdd = "–"
@@ -129,7 +147,9 @@ def row(item: dict, results: Path) -> list[str]:
     folder = (
         item["dir"].relative_to(results) if item["dir"].is_relative_to(results) else item["dir"]
     )
-    setting = f"[{item['preset']}]({folder}/claims.md), {item['scale']}"
+    setting = f"[{item['preset']}]({folder}/claims.md), {item['scale']}: " + SETTINGS.get(
+        item["preset"], ""
+    )
     return [
         f"{paper}: {where}",
         item["text"].split(" (")[0],
@@ -142,7 +162,8 @@ def row(item: dict, results: Path) -> list[str]:
     ]
 
 
-HEADER = ["source", "claim", "result, scale", "n", "verdict", "effect [interval]", "MDD", "command"]
+HEADER = ["source", "claim", "result, scale: setting", "n", "verdict", "effect [interval]", "MDD"]
+HEADER.append("command")
 
 
 def page(results: Path) -> str:

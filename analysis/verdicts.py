@@ -15,8 +15,9 @@ accuracies or times to accuracy cannot tell unless its runs converged (analysis/
 - `control_noniid_below_iid` (positive): at the largest tau, Local SGD on the non-IID
   partition below the IID one.
 - `control_sync_slower_on_a_modeled_network` (positive): on a modeled network, blocking sync
-  SGD reaches the target accuracy later than Local SGD at tau > 1, which communicates tau
-  times less.
+  SGD reaches the target accuracy later than Local SGD at its smallest tau > 1, which
+  communicates tau times less (at a large tau Local SGD loses accuracy per step: the first
+  control).
 - `control_osp_equals_losp_on_ideal_network` (negative): with equal workers on the ideal
   network the overlap window is empty and OSP and LOSP are the same algorithm: equivalent
   within `EQUIVALENT_IDENTICAL`.
@@ -69,6 +70,16 @@ def _side(rows: pd.DataFrame, column: str, method: str) -> Side:
 
 def _local(runs: pd.DataFrame) -> pd.DataFrame:
     return runs[runs["algorithm"] == LOCAL]
+
+
+def _equal_workers(runs: pd.DataFrame) -> pd.Series:
+    """Runs without a slowdown (`compute.slowdown` none, or not recorded: per_run's NaN)."""
+    return runs["slowdown"].isna() | runs["slowdown"].isin(("none", "None"))
+
+
+def _iid(runs: pd.DataFrame) -> pd.Series:
+    """Runs on the IID partition (or without a recorded partition: the default, iid)."""
+    return runs["partition"].isna() | runs["partition"].eq("iid")
 
 
 @claim(
@@ -126,27 +137,34 @@ def control_noniid_below_iid(runs: pd.DataFrame, report: dict) -> tuple:
 @claim(
     "control_sync_slower_on_a_modeled_network",
     "Positive control: on a modeled network, blocking sync SGD reaches the target accuracy later "
-    "than Local SGD at tau > 1",
-    "paired t-test of sync SGD's time to target above Local SGD's, per tau > 1, on the modeled "
-    "network; a run that never reached the target counts with its training time where that is "
-    "conservative",
+    "than Local SGD at its smallest tau > 1",
+    "paired t-test of sync SGD's time to target above Local SGD's at the smallest tau > 1, on "
+    "the modeled network; a run that never reached the target counts with its training time "
+    "where that is conservative",
 )
 def control_sync_slower_on_a_modeled_network(runs: pd.DataFrame, report: dict) -> tuple:
-    """Per tau > 1 (IID runs on a network other than ideal): Local SGD sooner than sync SGD."""
-    modeled = runs[runs["network"].ne("ideal") & runs["partition"].isin(("iid", None))]
+    """At Local SGD's smallest tau > 1 (IID runs on a network other than ideal): Local SGD
+    sooner than sync SGD."""
+    modeled = runs[runs["network"].ne("ideal") & _iid(runs)]
     if not (modeled["algorithm"] == SYNC).any():
         return _missing(SYNC)
+    taus = sorted(t for t in modeled.loc[modeled["algorithm"] == LOCAL, "tau"].unique() if t > 1)
+    if not taus:
+        return None, "no Local SGD run at a tau > 1 on a modeled network", []
+    # the smallest tau > 1: where Local SGD's accuracy per step is still sync SGD's, so the
+    # time to the target measures the communication saved, not an accuracy lost to a large tau
+    tau = taus[0]
     verdicts, details = [], []
-    for cell in cells(modeled[modeled["algorithm"].isin((SYNC, LOCAL))]):
-        taus = cell.runs["tau"].dropna().unique()
-        if not len(taus) or taus[0] <= 1:
-            continue
+    at = modeled[
+        modeled["algorithm"].isin((SYNC, LOCAL)) & (modeled["tau"].isna() | (modeled["tau"] == tau))
+    ]
+    for cell in cells(at):
         for local in cell.methods(LOCAL):
             for sync in cell.methods(SYNC):
                 holds, line = _sooner(cell, local, sync)
                 verdicts.append(holds)
                 details.append(f"{cell.name}: {VERDICTS[holds]}: {line}")
-    return combine(verdicts), _summary(verdicts, "taus"), details
+    return combine(verdicts), f"{_tau(tau)}; " + _summary(verdicts, "cells"), details
 
 
 @claim(
@@ -157,7 +175,7 @@ def control_sync_slower_on_a_modeled_network(runs: pd.DataFrame, report: dict) -
 )
 def control_osp_equals_losp_on_ideal_network(runs: pd.DataFrame, report: dict) -> tuple:
     """On the ideal network without slowdown, per tau: LOSP's accuracy equivalent to OSP's."""
-    ideal = runs[runs["network"].eq("ideal") & runs["slowdown"].isin(("none", "None", None))]
+    ideal = runs[runs["network"].eq("ideal") & _equal_workers(runs)]
     for name in (OSP, LOSP):
         if not (ideal["algorithm"] == name).any():
             return None, f"no {name} run on the ideal network with equal workers", []
@@ -188,7 +206,7 @@ def control_osp_equals_losp_on_ideal_network(runs: pd.DataFrame, report: dict) -
 )
 def losp_sooner_than_osp(runs: pd.DataFrame, report: dict) -> tuple:
     """Per heterogeneous condition and tau: LOSP's time to target below OSP's."""
-    hetero = runs[~runs["slowdown"].isin(("none", "None", None))]
+    hetero = runs[~_equal_workers(runs)]
     for name in (OSP, LOSP):
         if not (hetero["algorithm"] == name).any():
             return None, f"no {name} run with heterogeneous workers", []
