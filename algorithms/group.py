@@ -236,13 +236,20 @@ class Rendezvous:
                 self._complete(op, rank)
 
     def wait(self, op: _Op, rank: int, timeout_s: float | None = None) -> None:
-        """Block rank `rank` until `op` is done; raise on timeout or a peer's failure."""
+        """Block rank `rank` until `op` is done; raise on a peer's failure, or when a peer
+        has not arrived within `timeout_s`. Once every rank has arrived the last one is
+        computing the result (a batched pass over every replica: on a loaded machine it can
+        take longer than the timeout, e.g. the evaluation of 8 seeds x 8 workers): that is
+        progress, not a hung peer, so the wait goes on (the computing rank's own failure
+        aborts the group and ends it)."""
         timeout_s = self.timeout_s if timeout_s is None else timeout_s
         deadline = time.monotonic() + timeout_s
         with self.cond:
             while not op.done:
                 self._check()
                 left = deadline - time.monotonic()
+                if left <= 0 and not op.missing():
+                    deadline, left = time.monotonic() + timeout_s, timeout_s
                 if left <= 0:
                     missing = op.missing()
                     who = ", ".join(str(r) for r in missing)
