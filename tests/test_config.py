@@ -51,7 +51,7 @@ def test_groups_named_by_the_contract_exist():
         assert group in GROUPS
     for group in ("experiment", "scale"):
         assert group in GROUPS
-    assert {p.stem for p in (CONF / "scale").glob("*.yaml")} == {"smoke", "cpu", "paper"}
+    assert {p.stem for p in (CONF / "scale").glob("*.yaml")} == {"smoke", "cpu", "fmnist", "paper"}
 
 
 def test_default_is_the_cpu_scale_on_the_offline_digits():

@@ -87,7 +87,7 @@ def test_unknown_cluster_or_preset_is_a_clear_error(tmp_path):
         "error: unknown cluster 'pbs'; choose from local, sim, slurm"
     ]
     proc = sweep_here("table9", "--out-root", str(tmp_path))
-    assert proc.returncode == 2 and "presets: demo, fig4" in proc.stderr
+    assert proc.returncode == 2 and "presets: controls, demo, fig4" in proc.stderr
     assert not Path(tmp_path).joinpath("table1").exists()
 
 

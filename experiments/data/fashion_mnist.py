@@ -23,6 +23,7 @@ resolve less: 2,000 resolve 0.0005 of accuracy).
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import os
 import zlib
@@ -102,10 +103,28 @@ def place(cfg: Mapping) -> str:
     return folder
 
 
+def _write_atomic(path: str, data: bytes) -> None:
+    """`data` into `path` through a temporary file renamed into place: a reader never sees a
+    half-written file. (By hand: experiments/store's helper lies above this room.)"""
+    import tempfile
+
+    folder, name = os.path.split(path)
+    fd, tmp = tempfile.mkstemp(dir=folder or ".", prefix=f".{name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
 def _decompress(gz: str, path: str) -> None:
     """`gz` decompressed to `path`, checked as an idx file first, written atomically."""
-    from experiments.store.records import write_bytes_atomic
-
     try:
         with gzip.open(gz, "rb") as f:
             data = f.read()
@@ -118,7 +137,7 @@ def _decompress(gz: str, path: str) -> None:
     _parse_idx(data, gz, IMAGE_MAGIC if "images" in os.path.basename(path) else LABEL_MAGIC)
     try:
         os.makedirs(os.path.dirname(path), exist_ok=True)
-        write_bytes_atomic(path, data)
+        _write_atomic(path, data)
     except (OSError, OutputError) as e:
         reason = e if isinstance(e, OutputError) else f"{e.strerror or e}"
         raise UserError(
