@@ -769,6 +769,8 @@ def _signed(value: float, unit: str) -> str:
         return "–"
     if unit == "acc":
         return f"{value:+.3f}"
+    if unit == "ratio":  # a difference of two ratios: in points of percent
+        return f"{100 * value:+.1f} points"
     return f"{value:+.3g}" + (" s" if unit == "s" else "")
 
 

@@ -371,7 +371,11 @@ add(
         "cluster=foo",
         r"^error: unknown cluster 'foo'; choose from local, sim, slurm",
     ),
-    V("scale-unknown", "scale=foo", r"^error: unknown scale 'foo'; choose from cpu, fmnist, paper, smoke"),
+    V(
+        "scale-unknown",
+        "scale=foo",
+        r"^error: unknown scale 'foo'; choose from cpu, fmnist, paper, smoke",
+    ),
     V("dataset-unknown", "dataset=foo", r"^error: unknown dataset 'foo'; choose from cifar10"),
     V("network-unknown", "network=foo", r"^error: unknown network 'foo'; choose from "),
     V("model-unknown", "model=foo", r"^error: unknown model 'foo'; choose from resnet18"),

@@ -695,7 +695,8 @@ def test_pseudo_sync_scales_better_with_noise_is_a_paired_t_test_on_the_efficien
     assert line.startswith(
         f"efficiency, 2 to 8 workers: holds: pseudo_sync {100 * statistics.mean(pseudo):.1f}% vs "
         f"sync_sgd {100 * statistics.mean(sync):.1f}% (paired, n=8): difference "
-        f"{hand['estimate']:+.3g}, 95% CI [{hand['low']:+.3g}, {hand['high']:+.3g}]"
+        f"{100 * hand['estimate']:+.1f} points, 95% CI [{100 * hand['low']:+.1f} points, "
+        f"{100 * hand['high']:+.1f} points]"
     )
 
 
