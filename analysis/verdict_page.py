@@ -100,6 +100,20 @@ COMMANDS = {
 }
 
 
+VERDICT_PRESETS = ("controls", "losp", "pseudo_sync")
+
+
+def _command(preset: str, scale: str) -> str:
+    """The make command that regenerates a result: the verdicts' presets at VERDICT_SCALE
+    (default fmnist), the others at SCALE (default cpu)."""
+    command = COMMANDS.get(preset, "make report")
+    if preset in VERDICT_PRESETS and scale != "fmnist":
+        return f"{command} VERDICT_SCALE={scale}"
+    if preset not in VERDICT_PRESETS and scale != "cpu":
+        return f"{command} SCALE={scale}"
+    return command
+
+
 def load(results: Path) -> list[dict]:
     """Every claim of every result under `results` (`<preset>/<scale>/claims.json`), with its
     preset, scale and the result's folder."""
@@ -158,7 +172,7 @@ def row(item: dict, results: Path) -> list[str]:
         f"**{item['verdict']}**",
         effect,
         mdd,
-        f"`{COMMANDS.get(item['preset'], 'make report')}`",
+        f"`{_command(item['preset'], item['scale'])}`",
     ]
 
 
