@@ -480,6 +480,40 @@ def _others(comparisons: Sequence[Comparison]) -> str:
     return " [" + _summary([c.holds for c in comparisons], "comparisons") + "]"
 
 
+def each_pair(
+    cell_list: Sequence[Cell],
+    first: str | Sequence[str],
+    second: str | Sequence[str],
+    test: Callable[[Cell, str, str], tuple[bool | None, str]],
+    missing: bool = True,
+) -> tuple[list[bool | None], list[str]]:
+    """In each cell, each method of the algorithm(s) `first` against each of `second`:
+    `test(cell, a, b) -> (verdict, text)`. The verdicts, and one line per pair, "<cell>:
+    <text>". A cell without one of the two: "cannot tell: no <algorithm>" (`missing`), or
+    nothing (not `missing`)."""
+    verdicts, details = [], []
+    for cell in cell_list:
+        mine, theirs = cell.methods(first), cell.methods(second)
+        if missing and (not mine or not theirs):
+            absent = first if not mine else second
+            absent = absent if isinstance(absent, str) else " or ".join(absent)
+            verdicts.append(None)
+            details.append(f"{cell.name}: cannot tell: no {absent}")
+            continue
+        for a in mine:
+            for b in theirs:
+                verdict, text = test(cell, a, b)
+                verdicts.append(verdict)
+                details.append(f"{cell.name}: {text}")
+    return verdicts, details
+
+
+def sooner(cell: Cell, early: str, late: str) -> tuple[bool | None, str]:
+    """`_sooner` as an `each_pair` test: its verdict, and the line with the verdict first."""
+    verdict, line = _sooner(cell, early, late)
+    return verdict, f"{VERDICTS[verdict]}: {line}"
+
+
 def _missing(name: str, what: str = "run") -> tuple[None, str, list[str]]:
     return None, f"no completed or diverged {name} {what}", []
 
@@ -601,24 +635,14 @@ def overlap_ratio_far_below_sync(runs: pd.DataFrame, report: dict) -> tuple:
         return _missing(SYNC, "run with a comm/compute ratio")
     if not (timed["algorithm"] == OVERLAP).any():
         return _missing(OVERLAP, "run with a comm/compute ratio")
-    verdicts, details = [], []
-    for cell in cells(timed):
-        syncs, overlaps = cell.methods(SYNC), cell.methods(OVERLAP)
-        if not syncs or not overlaps:
-            verdicts.append(None)
-            details.append(f"{cell.name}: cannot tell: no {SYNC if not syncs else OVERLAP}")
-            continue
-        for sync in syncs:
-            for overlap in overlaps:
-                c = ratio_below(
-                    overlap,
-                    cell.values(overlap, "ratio"),
-                    sync,
-                    cell.values(sync, "ratio"),
-                    FAR_BELOW,
-                )
-                verdicts.append(c.holds)
-                details.append(f"{cell.name}: {c.verdict_text('ratio')}")
+
+    def far_below(cell: Cell, sync: str, overlap: str) -> tuple[bool | None, str]:
+        c = ratio_below(
+            overlap, cell.values(overlap, "ratio"), sync, cell.values(sync, "ratio"), FAR_BELOW
+        )
+        return c.holds, c.verdict_text("ratio")
+
+    verdicts, details = each_pair(cells(timed), SYNC, OVERLAP, far_below)
     evidence = _summary(verdicts, "cells") + f"; far below = under {FAR_BELOW:g}x"
     return combine(verdicts), evidence, details
 
@@ -679,23 +703,17 @@ def losp_beats_osp(runs: pd.DataFrame, report: dict) -> tuple:
     for name in (OSP, LOSP):
         if not (runs["algorithm"] == name).any():
             return _missing(name)
-    verdicts, details = [], []
-    for cell in cells(runs):
-        losps, osps = cell.methods(LOSP), cell.methods(OSP)
-        if not losps or not osps:
-            verdicts.append(None)
-            details.append(f"{cell.name}: cannot tell: no {LOSP if not losps else OSP}")
-            continue
-        for losp in losps:
-            for osp in osps:
-                c = compare(
-                    f"{losp}{_diverged_note(cell, losp)}",
-                    cell.values(losp, "acc"),
-                    f"{osp}{_diverged_note(cell, osp)}",
-                    cell.values(osp, "acc"),
-                )
-                verdicts.append(c.holds)
-                details.append(f"{cell.name}: {c.verdict_text()}")
+
+    def higher(cell: Cell, losp: str, osp: str) -> tuple[bool | None, str]:
+        c = compare(
+            f"{losp}{_diverged_note(cell, losp)}",
+            cell.values(losp, "acc"),
+            f"{osp}{_diverged_note(cell, osp)}",
+            cell.values(osp, "acc"),
+        )
+        return c.holds, c.verdict_text()
+
+    verdicts, details = each_pair(cells(runs), LOSP, OSP, higher)
     return combine(verdicts), _summary(verdicts, "cells"), details
 
 
@@ -719,18 +737,9 @@ def osp_losp_faster_than_sync(runs: pd.DataFrame, report: dict) -> tuple:
             "no completed run with heterogeneous workers (compute.slowdown other than none)",
             [],
         )
-    verdicts, details = [], []
-    for cell in cells(hetero):
-        syncs, fast = cell.methods(SYNC), cell.methods((OSP, LOSP))
-        if not syncs or not fast:
-            verdicts.append(None)
-            details.append(f"{cell.name}: cannot tell: no {SYNC if not syncs else 'osp or losp'}")
-            continue
-        for sync in syncs:
-            for method in fast:
-                holds, line = _sooner(cell, method, sync)
-                verdicts.append(holds)
-                details.append(f"{cell.name}: {VERDICTS[holds]}: {line}")
+    verdicts, details = each_pair(
+        cells(hetero), SYNC, (OSP, LOSP), lambda cell, sync, fast: sooner(cell, fast, sync)
+    )
     return combine(verdicts), _summary(verdicts, "cells"), details
 
 
@@ -746,24 +755,18 @@ def pseudo_sync_matches_sync(runs: pd.DataFrame, report: dict) -> tuple:
     for name in (PSEUDO, SYNC):
         if not (runs["algorithm"] == name).any():
             return _missing(name)
-    verdicts, details = [], []
-    for cell in cells(runs, by_tau=False):
-        pseudos, syncs = cell.methods(PSEUDO), cell.methods(SYNC)
-        if not pseudos or not syncs:
-            verdicts.append(None)
-            details.append(f"{cell.name}: cannot tell: no {PSEUDO if not pseudos else SYNC}")
-            continue
-        for pseudo in pseudos:
-            for sync in syncs:
-                c = equivalent(
-                    f"{pseudo}{_diverged_note(cell, pseudo)}",
-                    cell.values(pseudo, "acc"),
-                    f"{sync}{_diverged_note(cell, sync)}",
-                    cell.values(sync, "acc"),
-                    COMPARABLE,
-                )
-                verdicts.append(c.holds)
-                details.append(f"{cell.name}: {c.verdict_text()}")
+
+    def comparable(cell: Cell, pseudo: str, sync: str) -> tuple[bool | None, str]:
+        c = equivalent(
+            f"{pseudo}{_diverged_note(cell, pseudo)}",
+            cell.values(pseudo, "acc"),
+            f"{sync}{_diverged_note(cell, sync)}",
+            cell.values(sync, "acc"),
+            COMPARABLE,
+        )
+        return c.holds, c.verdict_text()
+
+    verdicts, details = each_pair(cells(runs, by_tau=False), PSEUDO, SYNC, comparable)
     evidence = _summary(verdicts, "conditions") + f"; comparable = within {COMPARABLE:g}"
     return combine(verdicts), evidence, details
 

@@ -247,19 +247,13 @@ def compare(
     base |= dict(kind="diff", level=1 - ALPHA, margin=_margin(margin, a_values, b_values))
     base["unit"] = _unit(a_values, b_values)
     estimate = _diff(x, y)
-    if pairs is None and (len(x) < 2 or len(y) < 2):
-        return _undecided(base, estimate, "n < 2 on a side")
-    if pairs is not None and len(pairs[0]) < 2:
-        return _undecided(base, estimate, "fewer than 2 seeds on both sides")
-    if unconverged:
-        return _undecided(base, estimate, unconverged)
+    why = _untestable(pairs, x, y) or unconverged
+    if why:
+        return _undecided(base, estimate, why)
     if _modeled(a_values, b_values):
         return _by_the_model(base, estimate)
     if pairs is not None:
-        d = pairs[0] - pairs[1]
-        # the sides as tested: their common seeds (the estimate is the mean difference)
-        base |= dict(n=len(d), a_values=_floats(pairs[0]), b_values=_floats(pairs[1]))
-        estimate = float(d.mean())
+        d, estimate = _paired(base, pairs)
         result = _one_sample(d, threshold, 1 - ALPHA, direction)
     else:
         result = _two_sample(np.array(x), np.array(y), threshold, 1 - ALPHA, direction)
@@ -296,17 +290,12 @@ def equivalent(
     base |= dict(kind="equivalence", level=1 - 2 * ALPHA, margin=margin)
     base["unit"] = _unit(a_values, b_values)
     estimate = _diff(x, y)
-    if pairs is None and (len(x) < 2 or len(y) < 2):
-        return _undecided(base, estimate, "n < 2 on a side")
-    if pairs is not None and len(pairs[0]) < 2:
-        return _undecided(base, estimate, "fewer than 2 seeds on both sides")
-    if unconverged:
-        return _undecided(base, estimate, unconverged)
+    why = _untestable(pairs, x, y) or unconverged
+    if why:
+        return _undecided(base, estimate, why)
     level = 1 - 2 * ALPHA
     if pairs is not None:
-        d = pairs[0] - pairs[1]
-        base |= dict(n=len(d), a_values=_floats(pairs[0]), b_values=_floats(pairs[1]))
-        estimate = float(d.mean())
+        d, estimate = _paired(base, pairs)
         above = _one_sample(d, -margin, level, +1)
         below = _one_sample(d, margin, level, -1)
     else:
@@ -496,6 +485,22 @@ def _pairs(a: Sequence[float], b: Sequence[float]) -> tuple[np.ndarray, np.ndarr
     vb = {s: float(v) for s, v in zip(seeds_b, np.asarray(b, float), strict=True)}
     common = sorted(s for s in va if s in vb and not (math.isnan(va[s]) or math.isnan(vb[s])))
     return np.array([va[s] for s in common]), np.array([vb[s] for s in common])
+
+
+def _untestable(pairs: tuple | None, x: Sequence[float], y: Sequence[float]) -> str:
+    """Why no test can be made ("" when one can): fewer than 2 runs on a side, or, for sides
+    that pair, fewer than 2 common seeds."""
+    if pairs is None:
+        return "n < 2 on a side" if len(x) < 2 or len(y) < 2 else ""
+    return "fewer than 2 seeds on both sides" if len(pairs[0]) < 2 else ""
+
+
+def _paired(base: dict, pairs: tuple[np.ndarray, np.ndarray]) -> tuple[np.ndarray, float]:
+    """The per-seed differences and their mean; `base` now shows the sides as tested (their
+    common seeds) and their n."""
+    d = pairs[0] - pairs[1]
+    base |= dict(n=len(d), a_values=_floats(pairs[0]), b_values=_floats(pairs[1]))
+    return d, float(d.mean())
 
 
 def _unpaired(values: Sequence[float]) -> Sequence[float]:

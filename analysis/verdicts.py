@@ -43,17 +43,17 @@ from analysis.claims import (
     OSP,
     PSEUDO,
     SYNC,
-    VERDICTS,
     Cell,
     _missing,
-    _sooner,
     _summary,
     _tau,
     cells,
     claim,
     combine,
     compare,
+    each_pair,
     equivalent,
+    sooner,
 )
 from analysis.stats import Side
 
@@ -154,16 +154,10 @@ def control_sync_slower_on_a_modeled_network(runs: pd.DataFrame, report: dict) -
     # the smallest tau > 1: where Local SGD's accuracy per step is still sync SGD's, so the
     # time to the target measures the communication saved, not an accuracy lost to a large tau
     tau = taus[0]
-    verdicts, details = [], []
     at = modeled[
         modeled["algorithm"].isin((SYNC, LOCAL)) & (modeled["tau"].isna() | (modeled["tau"] == tau))
     ]
-    for cell in cells(at):
-        for local in cell.methods(LOCAL):
-            for sync in cell.methods(SYNC):
-                holds, line = _sooner(cell, local, sync)
-                verdicts.append(holds)
-                details.append(f"{cell.name}: {VERDICTS[holds]}: {line}")
+    verdicts, details = each_pair(cells(at), LOCAL, SYNC, sooner, missing=False)
     return combine(verdicts), f"{_tau(tau)}; " + _summary(verdicts, "cells"), details
 
 
@@ -179,19 +173,15 @@ def control_osp_equals_losp_on_ideal_network(runs: pd.DataFrame, report: dict) -
     for name in (OSP, LOSP):
         if not (ideal["algorithm"] == name).any():
             return None, f"no {name} run on the ideal network with equal workers", []
-    verdicts, details = [], []
-    for cell in cells(ideal[ideal["algorithm"].isin((OSP, LOSP))]):
-        for losp in cell.methods(LOSP):
-            for osp in cell.methods(OSP):
-                c = equivalent(
-                    losp,
-                    cell.values(losp, "acc"),
-                    osp,
-                    cell.values(osp, "acc"),
-                    EQUIVALENT_IDENTICAL,
-                )
-                verdicts.append(c.holds)
-                details.append(f"{cell.name}: {c.verdict_text()}")
+
+    def identical(cell: Cell, losp: str, osp: str) -> tuple[bool | None, str]:
+        c = equivalent(
+            losp, cell.values(losp, "acc"), osp, cell.values(osp, "acc"), EQUIVALENT_IDENTICAL
+        )
+        return c.holds, c.verdict_text()
+
+    pair = ideal[ideal["algorithm"].isin((OSP, LOSP))]
+    verdicts, details = each_pair(cells(pair), LOSP, OSP, identical, missing=False)
     evidence = _summary(verdicts, "taus") + f"; equivalent = within {EQUIVALENT_IDENTICAL:g}"
     return combine(verdicts), evidence, details
 
@@ -210,13 +200,8 @@ def losp_sooner_than_osp(runs: pd.DataFrame, report: dict) -> tuple:
     for name in (OSP, LOSP):
         if not (hetero["algorithm"] == name).any():
             return None, f"no {name} run with heterogeneous workers", []
-    verdicts, details = [], []
-    for cell in cells(hetero[hetero["algorithm"].isin((OSP, LOSP))]):
-        for losp in cell.methods(LOSP):
-            for osp in cell.methods(OSP):
-                holds, line = _sooner(cell, losp, osp)
-                verdicts.append(holds)
-                details.append(f"{cell.name}: {VERDICTS[holds]}: {line}")
+    pair = hetero[hetero["algorithm"].isin((OSP, LOSP))]
+    verdicts, details = each_pair(cells(pair), LOSP, OSP, sooner, missing=False)
     return combine(verdicts), _summary(verdicts, "cells"), details
 
 
@@ -231,13 +216,7 @@ def pseudo_sync_faster_than_sync(runs: pd.DataFrame, report: dict) -> tuple:
     for name in (PSEUDO, SYNC):
         if not (runs["algorithm"] == name).any():
             return _missing(name)
-    verdicts, details = [], []
-    for cell in cells(runs, by_tau=False):
-        for pseudo in cell.methods(PSEUDO):
-            for sync in cell.methods(SYNC):
-                holds, line = _sooner(cell, pseudo, sync)
-                verdicts.append(holds)
-                details.append(f"{cell.name}: {VERDICTS[holds]}: {line}")
+    verdicts, details = each_pair(cells(runs, by_tau=False), PSEUDO, SYNC, sooner, missing=False)
     return combine(verdicts), _summary(verdicts, "conditions"), details
 
 
