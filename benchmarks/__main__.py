@@ -52,6 +52,15 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.quick and (args.only or args.jobs):
         parser.error("--quick runs its own rows, one at a time: no --only or --jobs")
+    if args.quick and not args.smoke:
+        # rows (c) train on Fashion-MNIST: refuse before any work where it is not installed
+        from experiments.data.fashion_mnist import place
+        from experiments.errors import UserError
+
+        try:
+            place({})
+        except UserError as e:
+            parser.error(f"the quick bench's fmnist rows need the data: {e}")
     if args.device == "cuda":
         import torch
 

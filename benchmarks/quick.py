@@ -18,7 +18,10 @@ Rows (the full bench's workloads and figures, fewer epochs and repetitions):
 - sweep efficiency: the demo sweep (`python run.py -m experiment=demo cluster=sim`, its 30
   points) once: the training time its runs measured (each run's steps x its calibrated step
   time, `compute/measured_step_s`: what the run would take to train at its own speed with no
-  overhead) over the sweep's wall time, and what each point costs beyond that.
+  overhead) over the sweep's wall time, and what each point costs beyond that;
+- the same two rows at the verdicts' scale (`scale=fmnist`, Fashion-MNIST: `make data`; the
+  bench refuses before any work without it), shortened: 2 epochs for the lock-step row, the
+  demo sweep at 1 epoch.
 
 Each timed row interleaves A and B (A B, B A, ...) for at least `reps` pairs, then adds pairs
 until its interval is within +-2%, `max_reps` pairs were made, or its share of the time budget
@@ -41,10 +44,22 @@ from benchmarks import harness as h
 #: `reps` pairs aside (always made). Sized on this project's 2 cores, idle: one sync_sgd / DDP
 #: pair ~32 s, local_sgd / plain ~13 s, an overlap pair ~14 s, a sim / local pair ~5 s, a
 #: memory measurement ~9 s; the whole bench ~7 minutes, leaving room for a loaded machine.
-ROW_BUDGET_S = {"sync": 110.0, "local": 60.0, "overlap": 60.0, "sim": 30.0, "lockstep": 80.0}
+ROW_BUDGET_S = {
+    "sync": 100.0,
+    "local": 50.0,
+    "overlap": 50.0,
+    "sim": 25.0,
+    "lockstep": 60.0,
+    "verdict_lockstep": 90.0,
+}
 #: Seeds of row (a), the issue's S; the demo config's algorithm in it.
 LOCKSTEP_SEEDS = 8
 LOCKSTEP_RUN = ["experiment=demo", "cluster=sim", "algorithm=local_sgd"]
+#: Rows (c): the same two rows at the verdicts' scale (scale=fmnist, results/README.md), shortened
+#: to fit the quick bench (its runs train 10 epochs: 8 seeds 3-5 min; here 2 epochs, ~35 s, and
+#: the 30-point demo sweep at 1 epoch, ~80 s); `make data` installs Fashion-MNIST.
+VERDICT_LOCKSTEP_RUN = [*LOCKSTEP_RUN, "scale=fmnist", "epochs=2"]
+VERDICT_SWEEP = ["experiment=demo", "cluster=sim", "scale=fmnist", "epochs=1"]
 #: --smoke (the tests): two seeds of a tiny run, and a four-point sweep instead of the demo's 30
 SMOKE_LOCKSTEP_RUN = [*f.TINY_RUN, "cluster=sim", "algorithm=local_sgd"]
 SMOKE_LOCKSTEP_SEEDS = 2
@@ -66,6 +81,8 @@ ROWS = (
     "overlap_local_sgd: extra peak memory per worker (model copies)",
     f"seeds in lock-step: {LOCKSTEP_SEEDS} seeds / 1 seed, wall time",
     "sweep efficiency: the runs' measured training time / the sweep's wall time",
+    f"fmnist (verdicts' scale), 2 epochs: {LOCKSTEP_SEEDS} seeds / 1 seed in lock-step, wall time",
+    "fmnist (verdicts' scale), 1 epoch: demo sweep efficiency",
 )
 
 INTRO = """\
@@ -397,17 +414,46 @@ def run(s: f.Settings) -> f.Section:
         "grows after some algorithms, so its peak / plain is not comparable, its extra peak "
         "in model copies is. The value hardly varies: peak memory does not depend on the load."
     )
-    # 6. seeds in lock-step: S seeds of the demo config in one batched pass against one seed
-    run = SMOKE_LOCKSTEP_RUN if s.smoke else LOCKSTEP_RUN
+    # 6-7. seeds in lock-step and sweep efficiency at the demo's scale (cpu, digits) and 8-9.
+    # at the verdicts' scale (fmnist: Fashion-MNIST, results/README.md), shortened to fit
+    for rows, run, sweep, key in (
+        (ROWS[6:8], LOCKSTEP_RUN, ["experiment=demo", "cluster=sim"], "lockstep"),
+        (ROWS[8:10], VERDICT_LOCKSTEP_RUN, VERDICT_SWEEP, "verdict_lockstep"),
+    ):
+        if s.smoke:
+            run, sweep = SMOKE_LOCKSTEP_RUN, SMOKE_SWEEP
+        _lockstep_rows(table, sec, s, rows, run, sweep, key)
+    sec.notes.append(
+        "Rows' wall-clock: "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in table.times.items())
+        + " (budgets, the first pairs aside: "
+        + ", ".join(f"{k} {v:.0f} s" for k, v in budgets.items())
+        + ")."
+    )
+    return sec
+
+
+def _lockstep_rows(
+    table: _Table,
+    sec: f.Section,
+    s: f.Settings,
+    rows: tuple[str, ...],
+    run: list[str],
+    sweep: list[str],
+    key: str,
+) -> None:
+    """Rows (a) and (b) of issue 34 for one workload: S seeds of `run` in lock-step against
+    one seed, interleaved; then the sweep `sweep` once, its runs' measured training time over
+    its wall time."""
     seeds = ",".join(str(i) for i in range(SMOKE_LOCKSTEP_SEEDS if s.smoke else LOCKSTEP_SEEDS))
     xs, ys = table.interleave(
-        "lockstep",
+        key,
         lambda: f._wall_of_run(["-m", *run, f"seed={seeds}"]),
         lambda: f._wall_of_run([*run, "seed=0"]),
         _scalar_spread,
     )
     table.add_ratio(
-        ROWS[6],
+        rows[0],
         " ".join(run) + " (W&B off)",
         f"{h.median(xs):.1f} s for {seeds.count(',') + 1} seeds",
         f"{h.median(ys):.1f} s for 1 seed",
@@ -417,20 +463,18 @@ def run(s: f.Settings) -> f.Section:
         2.5,
         "new in issue 34 (no full-bench figure)",
     )
-    # 7. sweep efficiency of the demo sweep (one sweep: ~1.5 minutes)
     t0 = time.perf_counter()
-    demo = SMOKE_SWEEP if s.smoke else ["experiment=demo", "cluster=sim"]
-    runs = h.suite(demo, multirun=True)
+    runs = h.suite(sweep, multirun=True)
     wall = time.perf_counter() - t0
-    table.times["sweep"] = wall
+    table.times[f"{key} sweep"] = wall
     trained = sum(
         r.steps * (r.summary["compute/measured_step_s"] or r.summary["compute/step_time_s"])
         for r in runs
     )
     efficiency = trained / wall
     table.add(
-        ROWS[7],
-        f"python run.py -m {' '.join(demo)} (W&B off): {len(runs)} runs",
+        rows[1],
+        f"python run.py -m {' '.join(sweep)} (W&B off): {len(runs)} runs",
         f"{trained:.0f} s measured training",
         f"{wall:.0f} s wall",
         efficiency,
@@ -442,7 +486,7 @@ def run(s: f.Settings) -> f.Section:
         at_least=True,
     )
     sec.notes.append(
-        f"Sweep efficiency: one sweep (no interval: a 30-point sweep is the measurement); "
+        f"Sweep efficiency ({rows[1]}): one sweep (no interval: the sweep is the measurement); "
         f"beyond its runs' measured training it cost {wall - trained:.0f} s, "
         f"{(wall - trained) / max(len(runs), 1):.2f} s a point: start-up and composition once, "
         "then per point its pre-flight check, records and evaluation set-up, and per "
@@ -450,11 +494,3 @@ def run(s: f.Settings) -> f.Section:
         "lock-step) run one seed at a time. A figure above 1 means seeds in lock-step trained "
         "faster together than each would alone."
     )
-    sec.notes.append(
-        "Rows' wall-clock: "
-        + ", ".join(f"{k} {v:.0f} s" for k, v in table.times.items())
-        + " (budgets, the first pairs aside: "
-        + ", ".join(f"{k} {v:.0f} s" for k, v in budgets.items())
-        + ")."
-    )
-    return sec
