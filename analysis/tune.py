@@ -134,10 +134,11 @@ def tuned_document(
 
 HEADER = """\
 # Base learning rates chosen per algorithm on a validation split (never the test set): written
-# by `make tune` (python -m analysis.tune, the rule below); read by the scale's `lr`
-# (experiments/config/tuned.py). Per algorithm: the chosen base LR (per 128 samples, scaled
-# linearly by the global batch as every LR of the suite), `edge` when it lies at the grid's
-# edge, and per grid point the final validation accuracy's mean, std and n over the seeds.
+# by `make tune` (python -m analysis.tune or, for a preset's own setting, analysis.tune_preset;
+# the rule below); read by the scale's `lr` (experiments/config/tuned.py). Per algorithm: the
+# chosen base LR (per 128 samples, scaled linearly by the global batch as every LR of the
+# suite), `edge` when it lies at the grid's edge, and per grid point the final validation
+# accuracy's mean, std and n over the seeds.
 """
 
 
@@ -150,16 +151,26 @@ def write_tuned(document: dict[str, Any], path: str | Path) -> Path:
 
 
 def tune(
-    roots: Sequence[str | Path], scale: str, out: str | Path | None, command: str
+    roots: Sequence[str | Path],
+    scale: str,
+    out: str | Path | None,
+    command: str,
+    preset: str | None = None,
+    tuned_at: dict[str, Any] | None = None,
 ) -> tuple[Path, dict[str, Any]]:
+    """Choose each algorithm's LR from the finished tune runs under `roots` at `scale` (those of
+    `experiment=tune`, or with `preset` those of analysis.tune_preset: `experiment_name`
+    tune_<preset>, its grid fixed at `tuned_at`) and write the file (`out`, default the scale's
+    or the preset's tuning file)."""
     summaries = load_summaries(*roots, statuses=("completed", "diverged"))
     if summaries.empty or "experiment_name" not in summaries:
         raise UserError(f"no finished runs under {', '.join(map(str, roots))}")
+    name = f"tune_{preset}" if preset else "tune"
     runs = summaries[
-        summaries["experiment_name"].eq("tune") & summaries["scale.name"].eq(scale)
+        summaries["experiment_name"].eq(name) & summaries["scale.name"].eq(scale)
     ].drop_duplicates("run_dir")
     if runs.empty:
-        raise UserError(f"no finished runs of experiment=tune at scale {scale}")
+        raise UserError(f"no finished runs of experiment_name={name} at scale {scale}")
     _check_one_setting(runs)
     validation = pd.to_numeric(runs.get("dataset.validation_fraction"), errors="coerce")
     if not (validation > 0).all():
@@ -176,17 +187,30 @@ def tune(
         return None if pd.isna(value) else int(value)
 
     setting = {
+        **({"preset": preset, "tuned_at": dict(tuned_at or {})} if preset else {}),
         "scale": scale,
         "dataset": str(first.get("dataset.name")),
         "validation_fraction": float(first["dataset.validation_fraction"]),
         **{key: number(key) for key in ("workers", "epochs", "tau", "batch_size")},
+        **{
+            key.split(".", 1)[0] if key == "partition.name" else key: str(first[key])
+            for key in ("partition.name", "compute.slowdown", "network.name", "timing")
+            if key in runs and not pd.isna(first[key])
+        },
         "seeds": sorted(int(s) for s in runs["seed"].unique()),
         "target_acc": target,
     }
     document = tuned_document(grid_points(runs, target), setting, command, git_commit())
+    if preset:
+        at = ", ".join(f"{k} = {v}" for k, v in (tuned_at or {}).items()) or "its one setting"
+        document["not_tuned"] = (
+            "momentum, Nesterov, weight decay, the schedule and each method's own knobs keep "
+            f"their defaults; one LR per method for every point of the preset (tuned at {at}), "
+            "as the seed papers use one LR for every tau"
+        )
     shas = runs["summary.git_sha"].fillna("(not recorded)").astype(str).value_counts()
     document["run_commits"] = {sha: int(k) for sha, k in sorted(shas.items())}
-    path = write_tuned(document, out or tuned_path(scale))
+    path = write_tuned(document, out or tuned_path(scale, preset))
     return path, document
 
 

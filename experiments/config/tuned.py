@@ -1,5 +1,9 @@
-"""Tuned learning rates: `conf/tuned/<scale>.yaml`, written by `make tune` (analysis/tune.py) and
-read by the scale's `lr` through the `tuned_lr` resolver.
+"""Tuned learning rates: `conf/tuned/<scale>/<preset>.yaml` (tuned at that preset's own
+setting: `make tune PRESET=<preset> SCALE=<scale>`, analysis/tune_preset.py) or else
+`conf/tuned/<scale>.yaml` (the demo's setting: `make tune SCALE=<scale>`, analysis/tune.py), read
+by the scale's
+`lr` through the `tuned_lr` resolver: a preset's runs (`experiment_name`) take their preset's
+file where it has one.
 
 The papers compare each method at its own tuned learning rate (docs/tuning.md): a method run
 at another's rate can look broken. A scale whose file exists gives every algorithm the base LR
@@ -30,13 +34,27 @@ from experiments.errors import UserError
 TUNED_DIR = Path(__file__).resolve().parents[2] / "conf" / "tuned"
 
 
-def tuned_path(scale: str) -> Path:
+def tuned_path(scale: str, preset: str | None = None) -> Path:
+    """The tuning file of `preset` at `scale` (`conf/tuned/<scale>/<preset>.yaml`), or the scale's
+    (`conf/tuned/<scale>.yaml`) when `preset` is None."""
+    if preset is not None:
+        return TUNED_DIR / scale / f"{preset}.yaml"
     return TUNED_DIR / f"{scale}.yaml"
 
 
-def load_tuned(scale: str) -> dict[str, Any]:
-    """The tuning file of `scale` as a dict ({} when the scale has none)."""
-    path = tuned_path(scale)
+def tuned_file(scale: str, preset: str | None = None) -> Path:
+    """The file a run of `preset` at `scale` takes its LR from: the preset's where it exists,
+    else the scale's (which may not exist either)."""
+    if preset:
+        own = tuned_path(scale, preset)
+        if own.is_file():
+            return own
+    return tuned_path(scale)
+
+
+def load_tuned(scale: str, preset: str | None = None) -> dict[str, Any]:
+    """The tuning file of `preset` at `scale` (`tuned_file`) as a dict ({} when there is none)."""
+    path = tuned_file(scale, preset)
     try:
         stat = path.stat()
     except FileNotFoundError:
@@ -56,16 +74,24 @@ def _load(path: str, _mtime_ns: int) -> dict[str, Any]:
 
 
 def tuned_lr(default: float, *, _root_: Any) -> float:
-    """The base LR chosen for the run's algorithm at the run's scale, else `default`."""
-    scale = _root_.scale.name
-    algorithm = _root_.algorithm.name
-    entry = load_tuned(str(scale)).get("lr", {}).get(str(algorithm))
-    if entry is None:
-        return float(default)
-    chosen = entry.get("chosen") if isinstance(entry, dict) else entry
-    if isinstance(chosen, bool) or not isinstance(chosen, (int, float)) or chosen <= 0:
-        raise UserError(
-            f"{os.path.relpath(tuned_path(str(scale)))}: lr.{algorithm}.chosen must be a "
-            f"number > 0, got {chosen!r}"
-        )
-    return float(chosen)
+    """The base LR chosen for the run's algorithm: in its preset's file at the run's scale, else
+    in the scale's file, else `default`."""
+    scale = str(_root_.scale.name)
+    algorithm = str(_root_.algorithm.name)
+    preset = _root_.get("experiment_name")
+    for path in dict.fromkeys(
+        [tuned_file(scale, str(preset) if preset else None), tuned_path(scale)]
+    ):
+        if not path.is_file():
+            continue
+        entry = _load(str(path), path.stat().st_mtime_ns).get("lr", {}).get(algorithm)
+        if entry is None:
+            continue
+        chosen = entry.get("chosen") if isinstance(entry, dict) else entry
+        if isinstance(chosen, bool) or not isinstance(chosen, (int, float)) or chosen <= 0:
+            raise UserError(
+                f"{os.path.relpath(path)}: lr.{algorithm}.chosen must be a number > 0, "
+                f"got {chosen!r}"
+            )
+        return float(chosen)
+    return float(default)
