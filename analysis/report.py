@@ -73,6 +73,7 @@ from analysis.load import (
     one_line_warnings,
     read_config,
 )
+from analysis.rates import rate_lines
 from analysis.records import RECORDS, materialized, write_records
 from analysis.tables import (
     DEFAULT_ROWS,
@@ -348,7 +349,8 @@ def _report_experiment(
         runs, rows, grid=points, metrics=frame, target_acc=target, point_config=point_config
     )
     table.attrs["note"] = split.note() if split.added else None
-    table.attrs["notes"] = _as_list(node.get("notes"), ())  # the preset's lines under the table
+    # the preset's lines under the table, then at which base LR the rows ran (analysis/rates.py)
+    table.attrs["notes"] = [*_as_list(node.get("notes"), ()), *rate_lines(finished, rows)]
     table.attrs["why_not_converged"] = dict(node.get("why_not_converged") or {})
     # Computed before anything is written, so a run record it cannot use stops the report whole.
     scaling = scaling_table(finished, rows) if kind == "scaling" else None

@@ -73,15 +73,10 @@ def _load(path: str, _mtime_ns: int) -> dict[str, Any]:
     return data
 
 
-def tuned_lr(default: float, *, _root_: Any) -> float:
-    """The base LR chosen for the run's algorithm: in its preset's file at the run's scale, else
-    in the scale's file, else `default`."""
-    scale = str(_root_.scale.name)
-    algorithm = str(_root_.algorithm.name)
-    preset = _root_.get("experiment_name")
-    for path in dict.fromkeys(
-        [tuned_file(scale, str(preset) if preset else None), tuned_path(scale)]
-    ):
+def tuned_entry(scale: str, preset: str | None, algorithm: str) -> tuple[float, Path] | None:
+    """The base LR chosen for `algorithm` and the file it comes from: the preset's tuning file at
+    `scale`, else the scale's; None when neither lists the algorithm."""
+    for path in dict.fromkeys([tuned_file(scale, preset), tuned_path(scale)]):
         if not path.is_file():
             continue
         entry = _load(str(path), path.stat().st_mtime_ns).get("lr", {}).get(algorithm)
@@ -93,5 +88,15 @@ def tuned_lr(default: float, *, _root_: Any) -> float:
                 f"{os.path.relpath(path)}: lr.{algorithm}.chosen must be a number > 0, "
                 f"got {chosen!r}"
             )
-        return float(chosen)
-    return float(default)
+        return float(chosen), path
+    return None
+
+
+def tuned_lr(default: float, *, _root_: Any) -> float:
+    """The base LR chosen for the run's algorithm: in its preset's file at the run's scale, else
+    in the scale's file, else `default`."""
+    preset = _root_.get("experiment_name")
+    found = tuned_entry(
+        str(_root_.scale.name), str(preset) if preset else None, str(_root_.algorithm.name)
+    )
+    return float(default) if found is None else found[0]
