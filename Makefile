@@ -51,7 +51,7 @@ VSWEEP = $(PY) -m experiments.sweep --cluster $(strip $(CLUSTER)) \
 .DEFAULT_GOAL := help
 .PHONY: help install test test-quick test-fast test-unit test-dist test-e2e test-slurm lint fmt \
 	demo smoke clean table1 table2 figures tune report bench bench-quick gpu-check docs \
-	recompute verify data controls losp pseudo-sync
+	recompute verify data controls losp pseudo-sync overlap-sync
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -143,10 +143,13 @@ losp: $(STAMP) ## LOSP vs OSP vs sync SGD, one slow worker, modeled network, 8 s
 pseudo-sync: $(STAMP) ## Pseudo-synchronous vs synchronous SGD: accuracy, speed, weak scaling, 8 seeds, at VERDICT_SCALE (results/pseudo_sync)
 	$(call VSWEEP,pseudo_sync,$(VERDICT_SCALE))
 
+overlap-sync: $(STAMP) ## Overlap-Local-SGD at tau 1, 2 vs sync SGD, IID and non-IID, 8 seeds, at VERDICT_SCALE (results/overlap_sync)
+	$(call VSWEEP,overlap_sync,$(VERDICT_SCALE))
+
 # Every committed result (the tables at SCALE, the verdicts' presets at VERDICT_SCALE, the
 # controls at both), then results/README.md: one row per claim of the seed papers, with its
 # verdict (analysis/verdict_page.py; with PUBLISH=1 or RESULTS=results the committed page).
-report: controls table1 table2 figures losp pseudo-sync ## Every preset (controls first), then the verdicts page $(OUT)/results/README.md (PUBLISH=1: results/README.md)
+report: controls table1 table2 figures losp pseudo-sync overlap-sync ## Every preset (controls first), then the verdicts page $(OUT)/results/README.md (PUBLISH=1: results/README.md)
 	$(call VSWEEP,controls,$(SCALE))
 	$(call SWEEP,low_comm)
 	$(PY) -m analysis.verdict_page --results \

@@ -514,6 +514,18 @@ def sooner(cell: Cell, early: str, late: str) -> tuple[bool | None, str]:
     return verdict, f"{VERDICTS[verdict]}: {line}"
 
 
+def more_accurate(cell: Cell, better: str, worse: str) -> tuple[bool | None, str]:
+    """An `each_pair` test: `better`'s final accuracy above `worse`'s (paired by seed; cannot
+    tell unless their runs converged)."""
+    c = compare(
+        f"{better}{_diverged_note(cell, better)}",
+        cell.values(better, "acc"),
+        f"{worse}{_diverged_note(cell, worse)}",
+        cell.values(worse, "acc"),
+    )
+    return c.holds, c.verdict_text()
+
+
 def _missing(name: str, what: str = "run") -> tuple[None, str, list[str]]:
     return None, f"no completed or diverged {name} {what}", []
 

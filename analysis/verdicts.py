@@ -22,6 +22,12 @@ accuracies or times to accuracy cannot tell unless its runs converged (analysis/
   network the overlap window is empty and OSP and LOSP are the same algorithm: equivalent
   within `EQUIVALENT_IDENTICAL`.
 
+Overlap-Local-SGD against sync SGD (experiment=overlap_sync):
+
+- `overlap_above_sync_at_small_tau`: Overlap-Local-SGD at tau = 1 and 2 reaches higher final
+  accuracy than fully synchronous SGD (Overlap-Local-SGD paper, tables 1 and 2), per partition
+  and tau.
+
 LOSP and OSP (experiment=losp), pseudo-synchronous SGD (experiment=pseudo_sync):
 
 - `losp_sooner_than_osp`: LOSP reaches the target accuracy no later than OSP, with
@@ -41,6 +47,7 @@ from analysis.claims import (
     LOCAL,
     LOSP,
     OSP,
+    OVERLAP,
     PSEUDO,
     SYNC,
     Cell,
@@ -53,6 +60,7 @@ from analysis.claims import (
     compare,
     each_pair,
     equivalent,
+    more_accurate,
     sooner,
 )
 from analysis.stats import Side
@@ -184,6 +192,25 @@ def control_osp_equals_losp_on_ideal_network(runs: pd.DataFrame, report: dict) -
     verdicts, details = each_pair(cells(pair), LOSP, OSP, identical, missing=False)
     evidence = _summary(verdicts, "taus") + f"; equivalent = within {EQUIVALENT_IDENTICAL:g}"
     return combine(verdicts), evidence, details
+
+
+@claim(
+    "overlap_above_sync_at_small_tau",
+    "Overlap-Local-SGD at tau = 1 and 2 reaches even higher accuracy than fully synchronous "
+    "SGD (Overlap-Local-SGD paper, tables 1 and 2)",
+    "paired t-test of Overlap-Local-SGD's final accuracy above sync SGD's, per partition and "
+    "tau <= 2",
+)
+def overlap_above_sync_at_small_tau(runs: pd.DataFrame, report: dict) -> tuple:
+    """Per partition and tau <= 2: Overlap-Local-SGD's final accuracy above sync SGD's."""
+    for name in (OVERLAP, SYNC):
+        if not (runs["algorithm"] == name).any():
+            return _missing(name)
+    small = runs[runs["algorithm"].eq(SYNC) | (runs["algorithm"].eq(OVERLAP) & (runs["tau"] <= 2))]
+    if not small["algorithm"].eq(OVERLAP).any():
+        return None, f"no {OVERLAP} run at tau <= 2", []
+    verdicts, details = each_pair(cells(small), OVERLAP, SYNC, more_accurate, missing=False)
+    return combine(verdicts), _summary(verdicts, "cells"), details
 
 
 @claim(

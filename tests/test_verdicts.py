@@ -880,3 +880,59 @@ def test_sync_slower_control_takes_runs_without_a_partition() -> None:
     )
     result = verdict(SYNC_SLOWER, frame)
     assert result.holds is True, result.evidence
+
+
+# --- overlap_above_sync_at_small_tau --------------------------------------------------------------
+
+ABOVE_SYNC = "overlap_above_sync_at_small_tau"
+
+
+def overlap_and_sync(gaps: dict[tuple[str, int], float]) -> tuple[pd.DataFrame, dict]:
+    """Overlap-Local-SGD at (partition, tau) `gaps`' keys, `gap` above sync SGD (0.80 on each
+    partition), 8 seeds with a shared seed effect and each side's own noise."""
+    sides, seen = {}, {}
+    for (partition, tau), gap in gaps.items():
+        where = cfg({"partition.name": partition})
+        sync = values(f"sync|{partition}", 0.80, 0.005, 0.003)
+        sides[("sync_sgd", 1, where)] = sync
+        ours = values(f"overlap|{partition}|{tau}", 0.80 + gap, 0.005, 0.003)
+        sides[("overlap_local_sgd", tau, where)] = ours
+        seen[(partition, tau)] = (ours, sync)
+    return acc_frame(sides), seen
+
+
+def test_overlap_above_sync_holds_in_every_partition_and_small_tau() -> None:
+    frame, seen = overlap_and_sync(
+        {("iid", 1): 0.02, ("iid", 2): 0.02, ("noniid", 1): 0.03, ("noniid", 2): 0.03}
+    )
+    result = verdict(ABOVE_SYNC, frame)
+    assert result.holds is True and len(result.comparisons) == 4
+    for c, (ours, sync) in zip(result.comparisons, seen.values(), strict=True):
+        assert_paired(c, ours, sync)
+    assert result.details[0].startswith("partition=iid, tau=1: holds: overlap_local_sgd 0.820")
+    assert all("vs sync_sgd 0.800 (paired, n=8)" in line for line in result.details)
+
+
+def test_overlap_above_sync_does_not_hold_when_below_in_one_cell() -> None:
+    frame, _ = overlap_and_sync(
+        {("iid", 1): 0.02, ("iid", 2): 0.02, ("noniid", 1): -0.03, ("noniid", 2): 0.03}
+    )
+    result = verdict(ABOVE_SYNC, frame)
+    assert result.holds is False
+    assert any(line.startswith("partition=noniid, tau=1: does not hold") for line in result.details)
+
+
+def test_overlap_above_sync_looks_at_tau_1_and_2_only() -> None:
+    frame, _ = overlap_and_sync({("iid", 1): 0.02, ("iid", 2): 0.02, ("iid", 4): -0.05})
+    result = verdict(ABOVE_SYNC, frame)
+    assert result.holds is True and len(result.comparisons) == 2
+    assert not any("tau=4" in line for line in result.details)
+
+
+def test_overlap_above_sync_missing_data() -> None:
+    frame, _ = overlap_and_sync({("iid", 4): 0.02})
+    result = verdict(ABOVE_SYNC, frame)
+    assert result.holds is None and result.evidence == "no overlap_local_sgd run at tau <= 2"
+    no_sync = acc_frame({("overlap_local_sgd", 1, cfg({"partition.name": "iid"})): [0.9, 0.91]})
+    assert verdict(ABOVE_SYNC, no_sync).holds is None
+    assert verdict(ABOVE_SYNC, no_sync).evidence == "no completed or diverged sync_sgd run"
