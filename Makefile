@@ -168,7 +168,7 @@ verify: $(STAMP) ## Rerun a sample of committed points and compare with their re
 bench: $(STAMP) ## Performance benchmarks as ratios side by side (1-2 h on 2 cores): benchmarks/RESULTS.md
 	$(PY) -m benchmarks
 
-bench-quick: $(STAMP) ## The headline ratios with 95% intervals (<= 10 min on 2 cores): benchmarks/RESULTS-quick.md
+bench-quick: $(STAMP) ## The headline ratios with 95% intervals (~15 min on 2 cores): benchmarks/RESULTS-quick.md
 	$(PY) -m benchmarks --quick
 
 gpu-check: $(STAMP) ## Every CUDA code path one GPU reaches (<= 8 min): benchmarks/GPU-CHECK.md; no GPU: says so, exit 0

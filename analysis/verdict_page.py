@@ -206,9 +206,13 @@ def page(results: Path) -> str:
         "",
         "The scales: `fmnist`, the verdicts' scale: the narrow ResNet-18 of the cpu scale on "
         "Fashion-MNIST at 14x14, 4 workers x 1,000 training images, 2,000 test images (one "
-        "image = 0.0005 of accuracy), every method at base LR 0.1 (untuned at this scale); "
-        "`cpu`: the same model on scikit-learn's 8x8 digits (300 test images: one image = "
-        "0.0033), each method at its tuned LR (conf/tuned/cpu.yaml). A scale's verdicts count "
+        "image = 0.0005 of accuracy), each method at its rate tuned at the preset's own "
+        "setting on seeds 100-101 (conf/tuned/fmnist/<preset>.yaml: `make tune PRESET=<preset> "
+        "SCALE=fmnist`), the controls at base LR 0.1 for every method (they test the scale, "
+        "not the methods); `cpu`: the same model on scikit-learn's 8x8 digits (300 test "
+        "images: one image = 0.0033), each method at its rate tuned at the demo's setting "
+        "(conf/tuned/cpu.yaml). Each table names its rates and any row off its method's tuned "
+        "one. A scale's verdicts count "
         "only where its controls pass (the first rows). Neither is the papers' ResNet-18 on "
         'CIFAR-10 (scale=paper): "holds" says the suite reproduces the claim at that scale.',
         "",

@@ -2,7 +2,7 @@
 
 Runs the benchmark families (benchmarks/families.py), prints the results as Markdown and writes
 them to --out (and the figures as JSON next to it). --quick: the quick bench, only the headline
-ratios (benchmarks/quick.py, <= 10 min on 2 cores), to benchmarks/RESULTS-quick.md. --smoke: a
+ratios (benchmarks/quick.py, ~15 min on 2 cores), to benchmarks/RESULTS-quick.md. --smoke: a
 few steps per run, for the tests (alone: every family; with --quick: the headline rows); no
 figure is a measurement there. Exit status 1 when a family failed to run (a missed target is a
 result, not a failure).
@@ -23,7 +23,7 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)
     parser.add_argument(
-        "--quick", action="store_true", help="the headline ratios only (<= 10 min on 2 cores)"
+        "--quick", action="store_true", help="the headline ratios only (~15 min on 2 cores)"
     )
     parser.add_argument(
         "--smoke", action="store_true", help="a few steps per run (tests: not a measurement)"

@@ -1,5 +1,5 @@
 """The quick bench (`make bench-quick` = `python -m benchmarks --quick`): the headline ratios of
-the full bench, each measured side by side with its 95% interval, in at most 10 minutes on 2
+the full bench, each measured side by side with its 95% interval, in about 15 minutes on 2
 cores, written to benchmarks/RESULTS-quick.md and .json.
 
 Rows (the full bench's workloads and figures, fewer epochs and repetitions):
@@ -90,7 +90,7 @@ INTRO = """\
 
 `make bench-quick` (`python -m benchmarks --quick`): the headline rows of the full bench
 (`make bench`, [RESULTS.md](RESULTS.md)), on the same workloads with fewer epochs and
-repetitions, in at most 10 minutes on 2 cores. Every figure is a **ratio of two measurements
+repetitions, in about 15 minutes on 2 cores. Every figure is a **ratio of two measurements
 made side by side** in this invocation (A and B interleaved, A B / B A, ratio of medians), with
 its **95% bootstrap interval** over the interleaved pairs; a target is **met** only when the
 whole interval meets it, **within noise** when the interval straddles it. Each timed row repeats
