@@ -131,3 +131,25 @@ def test_make_tune_with_a_preset_runs_the_preset_driver():
     ).stdout
     assert "-m analysis.tune_preset losp --scale fmnist --cluster sim" in dry
     assert "experiments.sweep tune" not in dry
+
+
+def test_the_committed_preset_tuning_files_are_interior_on_disjoint_seeds_and_read():
+    from tests.compose import composed
+
+    repo = Path(__file__).resolve().parents[1]
+    files = sorted((repo / "conf" / "tuned").glob("*/*.yaml"))
+    assert files, "no conf/tuned/<scale>/<preset>.yaml: make tune PRESET=... writes them"
+    for path in files:
+        scale, preset = path.parent.name, path.stem
+        document = yaml.safe_load(path.read_text())
+        setting = document["setting"]
+        assert setting["preset"] == preset and setting["scale"] == scale, path
+        assert not document["commit"].endswith("-dirty"), path
+        assert not any(sha.endswith("-dirty") for sha in document["run_commits"]), path
+        evaluation = str(compose_preset(preset, scale).params["seed"]).split(",")
+        assert not set(setting["seeds"]) & {int(s) for s in evaluation}, path
+        for algorithm, entry in document["lr"].items():
+            tried = sorted(entry["points"])
+            assert tried[0] < entry["chosen"] < tried[-1] and not entry["edge"], (path, algorithm)
+            cfg = composed(f"experiment={preset}", f"scale={scale}", f"algorithm={algorithm}")
+            assert cfg.lr == entry["chosen"], (path, algorithm)
