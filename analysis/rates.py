@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from analysis.load import TAU_LESS
-from experiments.config.tuned import load_tuned, tuned_entry
+from experiments.config.tuned import read_tuned, tuned_entry
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -38,10 +38,15 @@ def _label(keys: Sequence[str], values: Sequence[Any]) -> str:
     return " ".join(parts)
 
 
-def _where(path: Path, scale: str, preset: str | None) -> str:
+def _shown(path: Path) -> str:
+    """The tuning file as a reader can open it: relative to the checkout when inside it."""
+    return os.path.relpath(path, REPO) if REPO in path.parents else str(path)
+
+
+def _where(path: Path) -> str:
     """The tuning file as a reader can open it, and the setting it was tuned at."""
-    shown = os.path.relpath(path, REPO) if REPO in path.parents else str(path)
-    setting = load_tuned(scale, preset if path.parent.name == scale else None).get("setting")
+    shown = _shown(path)
+    setting = read_tuned(path).get("setting")
     setting = setting if isinstance(setting, dict) else {}
     if setting.get("preset"):
         at = ", ".join(f"{k} {v}" for k, v in (setting.get("tuned_at") or {}).items())
@@ -79,12 +84,12 @@ def rate_lines(runs: pd.DataFrame, rows: Sequence[str]) -> list[str]:
             untuned.add((algorithm, tuple(rates)))
             continue
         chosen, path = found
-        where = _where(path, scale, preset)
+        where = _where(path)
         if any(abs(r - chosen) > 1e-12 * chosen for r in rates):
             shown = ", ".join(_value(r) for r in rates)
             off.append(
                 f"{_label(keys, values)}: base LR {shown}, not its tuned {_value(chosen)} "
-                f"({os.path.relpath(path, REPO) if REPO in path.parents else path})"
+                f"({_shown(path)})"
             )
         else:
             tuned.setdefault(where, []).append(algorithm)

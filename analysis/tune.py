@@ -242,6 +242,19 @@ def _check_one_setting(runs: pd.DataFrame) -> None:
         )
 
 
+def print_choices(document: dict[str, Any], path: Path) -> None:
+    """One line per algorithm of a written tuning `document` (its choice, whether at the grid's
+    edge, and that point's validation accuracy), then where it was written."""
+    for algorithm, entry in document["lr"].items():
+        edge = " (at the grid's edge)" if entry["edge"] else ""
+        point = entry["points"][entry["chosen"]]
+        print(
+            f"{algorithm:18s} lr {entry['chosen']:g}{edge}: validation acc "
+            f"{point['mean']:.3f} ± {point['std']:.3f} (n={point['n']})"
+        )
+    print(f"wrote {relative_path(path, REPO)}")
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.tune", description=__doc__)
     parser.add_argument("roots", nargs="+", help="folders holding the tune runs")
@@ -255,14 +268,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    for algorithm, entry in document["lr"].items():
-        edge = " (at the grid's edge)" if entry["edge"] else ""
-        point = entry["points"][entry["chosen"]]
-        print(
-            f"{algorithm:18s} lr {entry['chosen']:g}{edge}: validation acc "
-            f"{point['mean']:.3f} ± {point['std']:.3f} (n={point['n']})"
-        )
-    print(f"wrote {relative_path(path, REPO)}")
+    print_choices(document, path)
     return 0
 
 

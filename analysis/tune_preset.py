@@ -34,8 +34,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis.grid import compose_preset
-from analysis.report import REPO, command_line, relative_path
-from analysis.tune import tune
+from analysis.report import REPO, command_line
+from analysis.tune import print_choices, tune
 from experiments.errors import UserError
 
 GRID = (0.05, 0.1, 0.2)
@@ -176,14 +176,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         todo = {a: (v,) for a, v in more.items()}
-    for algorithm, entry in document["lr"].items():
-        edge = " (at the grid's edge)" if entry["edge"] else ""
-        point = entry["points"][entry["chosen"]]
-        print(
-            f"{algorithm:18s} lr {entry['chosen']:g}{edge}: validation acc "
-            f"{point['mean']:.3f} ± {point['std']:.3f} (n={point['n']})"
-        )
-    print(f"wrote {relative_path(path, REPO)}")
+    print_choices(document, path)
     return 0
 
 

@@ -54,7 +54,11 @@ def tuned_file(scale: str, preset: str | None = None) -> Path:
 
 def load_tuned(scale: str, preset: str | None = None) -> dict[str, Any]:
     """The tuning file of `preset` at `scale` (`tuned_file`) as a dict ({} when there is none)."""
-    path = tuned_file(scale, preset)
+    return read_tuned(tuned_file(scale, preset))
+
+
+def read_tuned(path: Path) -> dict[str, Any]:
+    """The tuning file at `path` as a dict ({} when there is none), read once per change."""
     try:
         stat = path.stat()
     except FileNotFoundError:
@@ -77,9 +81,7 @@ def tuned_entry(scale: str, preset: str | None, algorithm: str) -> tuple[float, 
     """The base LR chosen for `algorithm` and the file it comes from: the preset's tuning file at
     `scale`, else the scale's; None when neither lists the algorithm."""
     for path in dict.fromkeys([tuned_file(scale, preset), tuned_path(scale)]):
-        if not path.is_file():
-            continue
-        entry = _load(str(path), path.stat().st_mtime_ns).get("lr", {}).get(algorithm)
+        entry = read_tuned(path).get("lr", {}).get(algorithm)
         if entry is None:
             continue
         chosen = entry.get("chosen") if isinstance(entry, dict) else entry
