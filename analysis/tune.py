@@ -13,6 +13,10 @@ The rule (RULE, written into the file): the grid point with the best mean final 
 accuracy; the points whose mean lies within the seeds' spread of it (the larger of the two
 sample stds) are ties, broken by the earlier mean time to the target accuracy (a point whose
 runs did not all reach it comes after those that did), then by the smaller learning rate. A
+time to target is known only to the evaluation at which it was reached, so two ties whose times
+lie within one evaluation interval of each other (the larger of their mean intervals) are tied
+in time too: among them the better mean accuracy wins. Without this a 0.07 s difference of the
+virtual clock at the same epoch picked the lowest LR of a flat grid (LOSP at fmnist). A
 diverged run counts as accuracy 0, as in the claims. A choice at the grid's edge is flagged
 (`edge: true`): a wider grid might do better there.
 """
@@ -33,15 +37,17 @@ import yaml
 from analysis.compare import run_values, varying_columns
 from analysis.load import TAU_LESS, load_runs, load_summaries
 from analysis.report import REPO, command_line, git_commit, relative_path
-from analysis.tables import time_to_target
+from analysis.tables import ACC as EVAL_ACC
+from analysis.tables import TIME, time_to_target
 from experiments.config.tuned import tuned_path
 from experiments.errors import UserError
 
 RULE = (
     "best mean final validation accuracy; grid points within the seeds' spread of it (mean "
     "within the larger of the two sample stds) are ties, broken by the earlier mean time to "
-    "the target accuracy (points whose runs did not all reach it last), then by the smaller LR; "
-    "a diverged run counts as accuracy 0"
+    "the target accuracy (points whose runs did not all reach it last; times within one "
+    "evaluation interval of the earliest are equal, and among those the better mean accuracy "
+    "wins), then by the smaller LR; a diverged run counts as accuracy 0"
 )
 ACC = "summary.final/test_acc"
 
@@ -50,7 +56,8 @@ def grid_points(runs: pd.DataFrame, target: float | None) -> pd.DataFrame:
     """One row per (algorithm, lr) of the tune runs `runs` (one row per run, with the metric
     columns `reached` and `time_s` of `time_to_target` when `target` is given): `mean`, `std`,
     `n` of the final validation accuracy, `diverged`, `reached` (runs that reached the target)
-    and `time_to_target_s` (their mean time to it)."""
+    and `time_to_target_s` (their mean time to it); with a column `interval_s` (a run's time
+    between two evaluations), `interval_s`, its mean: the resolution of `time_to_target_s`."""
     rows = []
     # load_summaries calls the config's `lr` `config.lr` (the metric rows log an `lr` too)
     lr_column = "config.lr" if "config.lr" in runs.columns else "lr"
@@ -71,9 +78,25 @@ def grid_points(runs: pd.DataFrame, target: float | None) -> pd.DataFrame:
                 "time_to_target_s": float(times[reached.to_numpy()].mean())
                 if reached.any()
                 else math.nan,
+                "interval_s": float(pd.to_numeric(group["interval_s"], errors="coerce").mean())
+                if "interval_s" in group
+                else 0.0,
             }
         )
     return pd.DataFrame(rows)
+
+
+def eval_intervals(metrics: pd.DataFrame) -> pd.Series:
+    """Per run (index `run_dir`): `interval_s`, the median training time between two of its
+    evaluations (the resolution of its time to target; NaN with fewer than two)."""
+    if metrics.empty or TIME not in metrics.columns or EVAL_ACC not in metrics.columns:
+        return pd.Series(dtype=float, name="interval_s", index=pd.Index([], name="run_dir"))
+    order = [c for c in ("step", "epoch") if c in metrics.columns]
+    data = metrics[pd.to_numeric(metrics[EVAL_ACC], errors="coerce").notna()]
+    data = data.sort_values(order, kind="stable") if order else data
+    times = pd.to_numeric(data[TIME], errors="coerce")
+    gaps = times.groupby(data["run_dir"], sort=False).diff()
+    return gaps[gaps > 0].groupby(data["run_dir"]).median().rename("interval_s")
 
 
 def choose(points: pd.DataFrame) -> float:
@@ -85,12 +108,19 @@ def choose(points: pd.DataFrame) -> float:
     spread = points["std"].clip(lower=best["std"])
     ties = points[points["mean"] >= best["mean"] - spread]
 
-    def key(row: pd.Series) -> tuple:
-        all_reached = row["n"] > 0 and row["reached"] == row["n"]
-        time = row["time_to_target_s"] if all_reached else math.inf
-        return (not all_reached, time, row["lr"])
-
-    return float(min((row for _, row in ties.iterrows()), key=key)["lr"])
+    ties = ties.assign(
+        all_reached=(ties["n"] > 0) & ties["reached"].eq(ties["n"]),
+        interval=ties["interval_s"].fillna(0.0) if "interval_s" in ties else 0.0,
+    )
+    reached = ties[ties["all_reached"]]
+    if not reached.empty:
+        first = reached.loc[reached["time_to_target_s"].idxmin()]
+        # a time is known to one evaluation interval: those within it of the earliest tie
+        resolution = reached["interval"].clip(lower=first["interval"])
+        ties = reached[reached["time_to_target_s"] <= first["time_to_target_s"] + resolution]
+    return float(
+        min((row for _, row in ties.iterrows()), key=lambda r: (-r["mean"], r["lr"]))["lr"]
+    )
 
 
 def tuned_document(
@@ -115,6 +145,11 @@ def tuned_document(
                     "time_to_target_s": None
                     if math.isnan(row["time_to_target_s"])
                     else round(float(row["time_to_target_s"]), 3),
+                    **(
+                        {"eval_interval_s": round(float(row["interval_s"]), 3)}
+                        if row.get("interval_s", 0.0) > 0
+                        else {}
+                    ),
                 }
                 for _, row in mine.sort_values("lr").iterrows()
             },
@@ -178,8 +213,9 @@ def tune(
     target = float(runs["scale.target_acc"].iloc[0]) if "scale.target_acc" in runs else None
     if target is not None:
         metrics = load_runs(*roots, statuses=("completed", "diverged"))
-        reached = time_to_target(metrics[metrics["run_dir"].isin(runs["run_dir"])], target)
-        runs = runs.join(reached, on="run_dir")
+        mine = metrics[metrics["run_dir"].isin(runs["run_dir"])]
+        runs = runs.join(time_to_target(mine, target), on="run_dir")
+        runs = runs.join(eval_intervals(mine), on="run_dir")
     first = runs.iloc[0]
 
     def number(key: str) -> int | None:

@@ -285,6 +285,21 @@ def test_ties_within_the_spread_go_to_the_earlier_time_then_the_smaller_lr() -> 
     assert choose(points(apart)) == 0.05  # 0.05 apart: no tie
 
 
+def test_times_within_one_evaluation_interval_are_equal_and_the_better_accuracy_wins() -> None:
+    # LOSP at fmnist: 4.345 s vs 4.419 s, both at the first evaluation (an epoch ~ 2 s apart)
+    close = points(
+        [(0.00625, 0.8517, 0.0118, 2, 0, 2, 4.345), (0.0125, 0.8558, 0.0012, 2, 0, 2, 4.419)]
+    )
+    assert choose(close) == 0.00625  # without the interval: the earlier time
+    assert choose(close.assign(interval_s=2.0)) == 0.0125  # tied in time: the better accuracy
+    # a time earlier by more than an interval still decides
+    assert choose(close.assign(interval_s=0.05)) == 0.00625
+    # the larger of the two intervals is the resolution; equal accuracies: the smaller LR
+    even = points([(0.1, 0.95, 0.01, 2, 0, 2, 1.0), (0.05, 0.95, 0.01, 2, 0, 2, 1.4)])
+    assert choose(even.assign(interval_s=[0.5, 0.1])) == 0.05
+    assert choose(even.assign(interval_s=[0.1, 0.1])) == 0.1
+
+
 def test_grid_points_count_diverged_runs_as_zero() -> None:
     runs = pd.DataFrame(
         {
@@ -505,6 +520,7 @@ def test_analysis_tune_writes_the_choice_from_tune_runs(tmp_path: Path, capsys) 
         "diverged": 0,
         "reached_target": 2,
         "time_to_target_s": pytest.approx(2 * 1.175),  # 2 epochs of the fixture ledger
+        "eval_interval_s": pytest.approx(1.175),  # one evaluation an epoch
     }
     assert document["setting"]["validation_fraction"] == 0.15
     assert "easgd              lr 0.05 (at the grid's edge)" in capsys.readouterr().out
