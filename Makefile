@@ -47,11 +47,18 @@ SWEEP = $(PY) -m experiments.sweep --cluster $(strip $(CLUSTER)) $(SWEEP_ARGS) $
 VERDICT_SCALE ?= fmnist
 VSWEEP = $(PY) -m experiments.sweep --cluster $(strip $(CLUSTER)) \
 	$(subst --scale $(SCALE),--scale $(2),$(SWEEP_ARGS)) $(1) $(strip $(SLURM_KEYS))
+# PUBLISH=1: every refusal that needs no work (a modified checkout, runs made from one, where the
+# report goes) before any work: `experiments.sweep --check` of each preset a target sweeps, first.
+# $(call PUBLISH_CHECK,<preset>[,<scale>])
+PUBLISHING = $(filter 1 yes true,$(PUBLISH))
+PUBLISH_CHECK = $(if $(PUBLISHING),$(PY) -m experiments.sweep --cluster $(strip $(CLUSTER)) \
+	$(if $(2),$(subst --scale $(SCALE),--scale $(2),$(SWEEP_ARGS)),$(SWEEP_ARGS)) $(1) --check \
+	$(strip $(SLURM_KEYS)),@:)
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-quick test-fast test-unit test-dist test-e2e test-slurm lint fmt \
 	demo smoke clean table1 table2 figures tune report bench bench-quick gpu-check docs \
-	recompute verify data controls losp pseudo-sync overlap-sync
+	recompute verify data controls losp pseudo-sync overlap-sync report-check wandb-report
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -109,6 +116,7 @@ fmt: $(STAMP) ## Format the code with ruff
 DEMO_REAL = algorithm=overlap_local_sgd seed=0
 
 demo: $(STAMP) ## Every algorithm, briefly, 3 seeds, digits, 4 workers; writes $(OUT)/results/demo/$(SCALE) (PUBLISH=1: results/)
+	$(call PUBLISH_CHECK,demo)
 	@# one point with real worker processes; the sweep finds it finished (same run, same record)
 	$(PY) run.py experiment=demo scale=$(SCALE) cluster=local $(DEMO_REAL) progress=false \
 		out_root="$(OUT)/demo"
@@ -122,6 +130,8 @@ table2: $(STAMP) ## Table 2 (non-IID): run missing points, write $(OUT)/results/
 	$(call SWEEP,table2)
 
 figures: $(STAMP) ## Figures 4 and 5 of the Overlap-Local-SGD paper (runs what is missing)
+	$(call PUBLISH_CHECK,fig4)
+	$(call PUBLISH_CHECK,fig5)
 	$(call SWEEP,fig4)
 	$(call SWEEP,fig5)
 
@@ -146,14 +156,38 @@ pseudo-sync: $(STAMP) ## Pseudo-synchronous vs synchronous SGD: accuracy, speed,
 overlap-sync: $(STAMP) ## Overlap-Local-SGD at tau 1, 2 vs sync SGD, IID and non-IID, 8 seeds, at VERDICT_SCALE (results/overlap_sync)
 	$(call VSWEEP,overlap_sync,$(VERDICT_SCALE))
 
+# `make report PUBLISH=1`: every preset's checks before the first one runs (its prerequisites
+# run in order, this one first).
+report-check: $(STAMP)
+	$(call PUBLISH_CHECK,controls,$(VERDICT_SCALE))
+	$(call PUBLISH_CHECK,controls)
+	$(call PUBLISH_CHECK,table1)
+	$(call PUBLISH_CHECK,table2)
+	$(call PUBLISH_CHECK,fig4)
+	$(call PUBLISH_CHECK,fig5)
+	$(call PUBLISH_CHECK,low_comm)
+	$(call PUBLISH_CHECK,losp,$(VERDICT_SCALE))
+	$(call PUBLISH_CHECK,pseudo_sync,$(VERDICT_SCALE))
+	$(call PUBLISH_CHECK,overlap_sync,$(VERDICT_SCALE))
+
 # Every committed result (the tables at SCALE, the verdicts' presets at VERDICT_SCALE, the
 # controls at both), then results/README.md: one row per claim of the seed papers, with its
 # verdict (analysis/verdict_page.py; with PUBLISH=1 or RESULTS=results the committed page).
-report: controls table1 table2 figures losp pseudo-sync overlap-sync ## Every preset (controls first), then the verdicts page $(OUT)/results/README.md (PUBLISH=1: results/README.md)
+report: report-check controls table1 table2 figures losp pseudo-sync overlap-sync ## Every preset (controls first), then the verdicts page $(OUT)/results/README.md (PUBLISH=1: results/README.md)
 	$(call VSWEEP,controls,$(SCALE))
 	$(call SWEEP,low_comm)
 	$(PY) -m analysis.verdict_page --results \
 		"$(if $(filter 1 yes true,$(PUBLISH)),results,$(if $(RESULTS),$(RESULTS),$(OUT)/results))"
+
+# A W&B comparison report of PRESET's runs at SCALE ($(OUT)/<PRESET>/runs, as the preset's target
+# left them; docs/wandb.md): offline (the default) its spec, wandb_report.json, beside the preset's
+# results ($(OUT)/results/<PRESET>/$(SCALE), or RESULTS=<dir>) and the commands that publish it;
+# WANDB_MODE=online saves it to W&B (WANDB_API_KEY or `wandb login`) and prints its URL.
+wandb-report: $(STAMP) ## A W&B comparison report of PRESET's runs at SCALE: its spec beside the results (WANDB_MODE=online: saved to W&B)
+	@test -n "$(PRESET)" || { echo "error: make wandb-report needs PRESET=<name> (a preset of conf/experiment)" >&2; exit 2; }
+	$(PY) -m analysis.wandb_report "$(OUT)/$(PRESET)/runs" --experiment $(PRESET) --scale $(SCALE) \
+		--out "$(if $(RESULTS),$(RESULTS),$(OUT)/results)/$(PRESET)/$(SCALE)" \
+		--set=cluster=$(strip $(CLUSTER)) --mode $(if $(filter online,$(WANDB_MODE)),online,offline)
 
 # Every committed result rebuilt from its committed runs.jsonl.gz alone (no training) into
 # $(OUT)/recompute, then compared with results/: tables and claims byte for byte.

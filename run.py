@@ -180,9 +180,15 @@ def normalized_argv(argv: list[str]) -> list[str]:
     rest = [a for a in argv if a not in ("-m", "--multirun")]
     argv = flags + rest
     try:
-        parser.parse_intermixed_args(argv)
+        args = parser.parse_intermixed_args(argv)
     except argparse.ArgumentError as e:
         refuse(str(e))
+    # Hydra's flags that act only with another (Hydra raises on --resolve alone, a traceback,
+    # and ignores --package without --cfg or --info)
+    if args.resolve and not (args.cfg or args.help):
+        refuse("--resolve has no effect here: it resolves what --cfg shows")
+    if args.package and not (args.cfg or args.info):
+        refuse("--package has no effect here: it picks the package --cfg or --info shows")
     return argv
 
 

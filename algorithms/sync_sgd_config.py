@@ -13,3 +13,8 @@ class Config(AlgorithmConfig):
     # Gradient bucket size in MB (2**20 bytes), averaged as backward produces them, DDP's
     # default 25; 0 = one blocking average of all gradients after backward (no overlap).
     bucket_mb: float = 25.0
+
+    def __post_init__(self):
+        size = self.bucket_mb
+        if isinstance(size, bool) or not isinstance(size, int | float) or not size >= 0:
+            raise ValueError(f"algorithm.bucket_mb must be a number >= 0, got {size!r}")

@@ -258,8 +258,20 @@ def _read_all(
             except (OSError, DamagedRecord) as error:
                 _warn(f"{run_dir}: unreadable metrics.jsonl, run skipped ({_reason(error)})")
                 continue
+            if not records and summary["status"] == "completed" and _empty(run_dir):
+                # a completed run evaluated at least once: its rows were lost (a 0-byte file)
+                _warn(f"{run_dir}: completed, but its metrics.jsonl is empty: run skipped")
+                continue
             meta = _run_meta(run_dir, config, summary)
             yield meta, (records if with_metrics else [])
+
+
+def _empty(run_dir: Path) -> bool:
+    """Whether the run has a metrics.jsonl without a line (0 bytes, or blank)."""
+    try:
+        return not (run_dir / "metrics.jsonl").read_bytes().strip()
+    except OSError:
+        return False
 
 
 def _read_text(path: Path) -> str:

@@ -39,7 +39,7 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from analysis.records import RECORDS
-from experiments.errors import UserError
+from experiments.errors import UserError, one_line_errors, refuse_inert_flags
 
 REPO = Path(__file__).resolve().parents[1]
 # Provenance lines that name this recomputation rather than the result.
@@ -169,8 +169,31 @@ def results_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
         prog=prog, description=doc, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("dirs", nargs="*", type=Path, metavar="RESULT_DIR")
-    parser.add_argument("--results", type=Path, default=REPO / "results", metavar="DIR")
-    return parser
+    parser.add_argument(
+        "--results",
+        type=Path,
+        default=None,
+        metavar="DIR",
+        help="every result folder under DIR, when no RESULT_DIR is named (default: results/)",
+    )
+    return one_line_errors(parser)
+
+
+def parse_results_args(parser: argparse.ArgumentParser, argv) -> argparse.Namespace:
+    """`parser.parse_args(argv)`, --results refused where RESULT_DIRs are named (it would be
+    ignored), its default filled in."""
+    args = parser.parse_args(argv)
+    refuse_inert_flags(
+        parser,
+        [
+            ("--results", args.results is not None and bool(args.dirs),
+             "with RESULT_DIRs named (they are the results; --results DIR, alone, names "
+             "every result under DIR)"),
+        ],
+    )  # fmt: skip
+    if args.results is None:
+        args.results = REPO / "results"
+    return args
 
 
 def chosen_results(args: argparse.Namespace) -> list[Path]:
@@ -225,7 +248,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         action="store_true",
         help="write each recomputation into its committed folder (a clean checkout only)",
     )
-    args = parser.parse_args(argv)
+    args = parse_results_args(parser, argv)
     try:
         dirs = chosen_results(args)
         for d in dirs:

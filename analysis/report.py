@@ -35,17 +35,39 @@ then prints the table, the claims and the paths. Each row says how many of its r
 a runs directory: the report is then made from the committed records. `--require-clean` refuses
 a modified checkout and runs made from one, with or without `--experiment`.
 
-A damaged run record (summary, config or metrics that cannot be read) is left out with one
-`warning:` line naming the file; the rest is reported.
+A damaged run record (summary, config or metrics that cannot be read, a completed run whose
+metrics.jsonl is empty) is left out with one `warning:` line naming the file; the rest is reported.
+A flag that acts only with another (`--scale`, `--set`, `--out-root`, `--conf` without
+`--experiment`) is refused in one line.
+
+All at once: the report is written into a new folder beside OUT_DIR, which replaces OUT_DIR only
+once it is complete (`staged_report`); a failure meanwhile (a full disk, an OUT_DIR that is a
+file, a signal) leaves the previous report, or nothing, and says so in one line (exit code 2,
+130 for Ctrl-C). An OUT_DIR holding more than a report keeps its other files.
 """
 
 from __future__ import annotations
 
-import argparse
-import datetime
 import os
-import shlex
+import signal as _signal
 import sys
+
+if __name__ == "__main__":  # a stop while the analysis imports (seconds): one line, nothing written
+
+    def _stop_early(signum: int, frame) -> None:
+        name = _signal.Signals(signum).name
+        what = "interrupted by Ctrl-C" if name == "SIGINT" else f"stopped by {name}"
+        print(f"error: {what} before the report started: nothing written", file=sys.stderr)
+        os._exit(130 if name == "SIGINT" else 2)
+
+    for _name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2"):
+        _signal.signal(getattr(_signal, _name), _stop_early)
+
+import argparse  # noqa: E402 - after the handlers above
+import contextlib
+import datetime
+import shlex
+import shutil
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -90,7 +112,7 @@ from analysis.tables import (
     write_scaling_table,
     write_table,
 )
-from experiments.errors import UserError
+from experiments.errors import UserError, one_line_errors, refuse_inert_flags
 from experiments.store.fingerprint import describe
 
 FIGURE_NAME = "test_acc"
@@ -624,13 +646,35 @@ def _check_clean(runs: Any) -> None:
             "the checkout has uncommitted changes to tracked files: a published result must come "
             "from a commit (commit or stash them, see git status)"
         )
-    shas = runs.get("summary.git_sha")
-    dirty = shas[shas.astype(str).str.endswith("-dirty")] if shas is not None else []
-    if len(dirty):
+    shas = runs["summary.git_sha"] if "summary.git_sha" in runs.columns else [None] * len(runs)
+    dirty = [  # a segment, or the summary's own commit (marked when any segment was)
+        [c for c in [*commits, sha] if isinstance(c, str) and c.endswith("-dirty")]
+        for commits, sha in zip(_commits_of_runs(runs), shas, strict=True)
+    ]
+    dirty = [d for d in dirty if d]
+    if dirty:
         raise UserError(
-            f"{len(dirty)} of the {len(runs)} runs made from a modified checkout "
-            f"({sorted(set(dirty))[0]}): rerun them from a commit (rerun=true) before publishing"
+            f"{len(dirty)} of the {len(runs)} runs made from a modified checkout, in all or part "
+            f"of their steps ({sorted({d[0] for d in dirty})[0]}): rerun them from a commit "
+            "(rerun=true) before publishing"
         )
+
+
+def _commits_of_runs(runs: Any) -> list[list[str]]:
+    """Per run (a row of `runs`), every commit its steps ran on: its `git_commits` segments
+    (a run resumed on another commit has several), else its `git_sha`
+    (experiments/store/records.py, `run_commits`)."""
+    from experiments.store.records import run_commits
+
+    out = []
+    for _, row in runs.iterrows():
+        summary = {}
+        for key in ("git_sha", "git_commits"):
+            value = row.get(f"summary.{key}")
+            if isinstance(value, str | list):
+                summary[key] = value
+        out.append(run_commits(summary))
+    return out
 
 
 def _platforms(records: Sequence[Mapping[str, Any]]) -> str:
@@ -645,14 +689,37 @@ def _platforms(records: Sequence[Mapping[str, Any]]) -> str:
 
 
 def _run_commits(runs: Any) -> str:
+    """ "<sha> (30 runs)": each commit the runs' steps ran on, with how many runs ran on it (a
+    run resumed on another commit counts under each)."""
     if "summary.git_sha" not in runs.columns:
         return "not recorded"
-    counts = runs["summary.git_sha"].fillna("unknown").value_counts()
-    return ", ".join(f"{sha} ({k} runs)" for sha, k in counts.items())
+    each = _commits_of_runs(runs)
+    if all(len(commits) <= 1 for commits in each):  # one commit a run: as always said
+        counts = runs["summary.git_sha"].fillna("unknown").value_counts()
+        return ", ".join(f"{sha} ({k} runs)" for sha, k in counts.items())
+    counts: dict[str, int] = {}
+    for commits in each:
+        for sha in commits or ["unknown"]:
+            counts[sha] = counts.get(sha, 0) + 1
+    order = sorted(counts.items(), key=lambda item: (-item[1], list(counts).index(item[0])))
+    return ", ".join(f"{sha} ({k} runs)" for sha, k in order)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry: 0 on success, 2 with a one-line `error: ...` on stderr for a user error."""
+    """CLI entry: 0 on success, 2 with a one-line `error: ...` on stderr for a user error, a
+    full disk or a stop signal (130 for Ctrl-C); the report in --out is then the previous one,
+    or none (`staged_report`)."""
+    try:
+        with stops_raised():
+            return _main(argv)
+    except (_Signalled, KeyboardInterrupt) as stop:  # before the report began, or after it
+        name = getattr(stop, "name", "SIGINT")
+        what = "interrupted by Ctrl-C" if name == "SIGINT" else f"stopped by {name}"
+        print(f"error: {what} (no report was being written)", file=sys.stderr)
+        return 130 if name == "SIGINT" else 2
+
+
+def _main(argv: Sequence[str] | None) -> int:
     parser = argparse.ArgumentParser(
         prog="python -m analysis.report",
         description=__doc__,
@@ -687,34 +754,57 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--conf",
         type=Path,
-        default=CONF_DIR,
+        default=None,
         metavar="DIR",
         help="config directory to compose the preset from (default: the suite's conf/)",
     )
+    one_line_errors(parser)
     args = parser.parse_args(argv)
-    if args.scale is not None and args.experiment is None:
-        parser.error("--scale needs --experiment")
+    plain = args.experiment is None
+    without = "without --experiment NAME"
+    refuse_inert_flags(
+        parser,
+        [
+            ("--scale", plain and args.scale is not None,
+             f"{without} (it selects a preset's runs)"),
+            ("--set", plain and bool(args.set), f"{without} (it composes a preset's grid points)"),
+            ("--out-root", plain and args.out_root is not None,
+             f"{without} (it names the paths in a preset's provenance.txt)"),
+            ("--conf", plain and args.conf is not None,
+             f"{without} (the preset is composed from it)"),
+        ],
+    )  # fmt: skip
+    if args.conf is None:
+        args.conf = CONF_DIR
+    command = command_line(list(argv) if argv is not None else sys.argv[1:], args.out_root)
     try:
-        # A damaged run record is left out with one `warning:` line naming its file.
-        with one_line_warnings():
+        # A damaged run record is left out with one `warning:` line naming its file. The report
+        # is written into a folder of its own beside --out, which replaces --out once complete.
+        with one_line_warnings(), staged_report(args.out, args.name) as work:
             if args.experiment is None:
-                return _main_plain(args)
-            command = command_line(list(argv) if argv is not None else sys.argv[1:], args.out_root)
-            result = report_experiment(
-                args.roots,
-                args.out,
-                args.experiment,
-                args.scale,
-                name=args.name,
-                conf_dir=args.conf,
-                command=command,
-                overrides=args.set,
-                out_root=args.out_root,
-                require_clean=args.require_clean,
-            )
+                result = report(args.roots, work, args.name, require_clean=args.require_clean)
+            else:
+                result = report_experiment(
+                    args.roots,
+                    work,
+                    args.experiment,
+                    args.scale,
+                    name=args.name,
+                    conf_dir=args.conf,
+                    command=command,
+                    overrides=args.set,
+                    out_root=args.out_root,
+                    require_clean=args.require_clean,
+                )
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
+    except ReportStopped as stop:
+        print(f"error: {stop}", file=sys.stderr)
+        return stop.code
+    result = {k: moved(v, work, args.out) for k, v in result.items()}
+    if args.experiment is None:
+        return _said_plain(result)
     print(result["markdown"])
     if result["scaling_markdown"] is not None:
         print()
@@ -734,8 +824,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
-def _main_plain(args: argparse.Namespace) -> int:
-    result = report(args.roots, args.out, args.name, require_clean=args.require_clean)
+def _said_plain(result: dict[str, Any]) -> int:
     print(result["markdown"])
     if result["figure_png"] is None:
         print("note: no evaluations logged yet, so no figure", file=sys.stderr)
@@ -745,6 +834,192 @@ def _main_plain(args: argparse.Namespace) -> int:
             if result[key] is not None:
                 print(result[key])
     return 0
+
+
+# --- writing a report all at once -------------------------------------------------------------
+
+
+def report_files(name: str = "table") -> set[str]:
+    """The names of the files a report writes (its table's stem `name`): an --out holding any
+    other entry is not replaced whole, its other entries are someone else's (a W&B report spec,
+    notes)."""
+    tables = {f"{stem}{ext}" for stem in (name, "scaling") for ext in (".md", ".tex", ".csv")}
+    figures = {
+        f"{stem}{ext}"
+        for stem in (FIGURE_NAME, TIME_FIGURE_NAME, BREAKDOWN_FIGURE_NAME)
+        for ext in (".png", ".pdf")
+    }
+    return tables | figures | {"claims.md", "claims.json", RECORDS, "provenance.txt"}
+
+
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2")
+
+
+class ReportStopped(Exception):
+    """A report ended before it was complete (a signal, a full disk): nothing of it is left,
+    and the previous report in --out stays. `code`: the exit code (130 for Ctrl-C, else 2)."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+def _check_out(out: Path) -> None:
+    """--out must name a folder (or nothing yet)."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder: name a folder for the report")
+
+
+def _report_folder(out: Path, name: str) -> bool:
+    """Whether `out` holds nothing but what a report writes (it may then be replaced whole)."""
+    names = report_files(name)
+    return all(p.is_file() and not p.is_symlink() and p.name in names for p in out.iterdir())
+
+
+@contextlib.contextmanager
+def staged_report(out: str | os.PathLike, name: str = "table"):
+    """A new, empty folder beside `out` to write the report into; once the block completes it
+    replaces `out` in one step (its previous report, if any, is then removed). A failure (a
+    full disk, a signal: SIGINT is Ctrl-C, the others stop it as one) removes it and leaves
+    `out` as it was: the previous report, or nothing. Raises UserError for an `out` that
+    cannot be a report's folder (before anything is written), ReportStopped for a stop or an
+    OSError meanwhile."""
+    import errno
+    import signal
+    import tempfile
+
+    out = Path(out)
+    _check_out(out)
+    parent = out.absolute().parent
+    stops = [getattr(signal, n) for n in STOP_SIGNALS]
+
+    def hold():  # the stop signals wait (they are taken at `release`)
+        return signal.pthread_sigmask(signal.SIG_BLOCK, stops) if threading_main() else None
+
+    def release(held) -> None:
+        if held is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    kept = f"the previous report in {out} is unchanged" if out.exists() else "nothing written"
+    work, published = None, False
+    try:
+        try:
+            held = hold()  # the folder made and known before a stop can be taken
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+                work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+                os.chmod(work, 0o777 & ~_umask())
+            except OSError as error:
+                why = error.strerror or error
+                raise UserError(f"cannot write the report into {out}: {why}") from None
+            finally:
+                release(held)
+            yield work
+            held = hold()  # complete: into place in one step, no stop taken meanwhile
+            try:
+                _replace_folder(work, out, name)
+                published = True
+            finally:
+                release(held)
+        except (KeyboardInterrupt, _Signalled) as stop:
+            name_ = getattr(stop, "name", "SIGINT")
+            code = 130 if name_ == "SIGINT" else 2
+            what = "interrupted by Ctrl-C" if code == 130 else f"stopped by {name_}"
+            if published:
+                raise ReportStopped(f"{what} once the report was in {out}", code) from None
+            raise ReportStopped(f"{what}: {kept}", code) from None
+        except OSError as error:
+            what = "disk full" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "cannot write"
+            why = "" if what == "disk full" else f": {error.strerror or error}"
+            raise ReportStopped(f"{what} writing the report{why}: {kept}") from None
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def stops_raised():
+    """Around a command: each stop signal (STOP_SIGNALS) raises `_Signalled` in the main
+    thread (`staged_report` turns it into a ReportStopped); the previous handlers after."""
+    import signal
+
+    if not threading_main():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _Signalled(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (getattr(signal, n) for n in STOP_SIGNALS)}
+    try:
+        yield
+    finally:
+        # the command's own process ends next: a stop then has nothing left to stop
+        program = __name__ == "__main__"
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_IGN if program else handler)
+
+
+class _Signalled(BaseException):
+    def __init__(self, signum: int):
+        import signal
+
+        self.name = signal.Signals(signum).name
+        super().__init__(self.name)
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _replace_folder(new: Path, out: Path, name: str = "table") -> None:
+    """`new` becomes `out` in one step (Linux renameat2 RENAME_EXCHANGE when `out` exists: the
+    two swap, and the old report, now at `new`, is removed by the caller); elsewhere the old
+    folder is moved aside first. An `out` that holds more than a report (someone's folder)
+    keeps it: the report's files are moved into it one by one (renames: nothing left to fail
+    for want of space), each replacing its namesake."""
+    if not out.exists():
+        os.rename(new, out)
+        return
+    if not _report_folder(out, name):
+        for made in sorted(new.iterdir()):
+            os.replace(made, out / made.name)
+        return
+    if not _exchange(new, out):
+        aside = new.with_name(new.name + ".old")
+        os.rename(out, aside)
+        os.rename(new, out)
+        os.rename(aside, new)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the folders `a` and `b` atomically; False where the system cannot."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    done = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return done == 0
+
+
+def moved(value: Any, work: Path, out: Path) -> Any:
+    """A result's path under `work` as it is now, under `out`; anything else as it is."""
+    if isinstance(value, Path) and (value == work or work in value.parents):
+        return Path(out) / value.relative_to(work)
+    return value
 
 
 if __name__ == "__main__":

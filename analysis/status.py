@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.load import RecordWarning, one_line_warnings
-from experiments.errors import UserError
+from experiments.errors import UserError, one_line_errors, refuse_inert_flags
 from experiments.store.records import DamagedRecord, read_json_object
 
 STATUSES = ("completed", "diverged", "running", "failed", "missing")
@@ -88,6 +88,12 @@ def run_status(run_dir: Path, stale_after_s: float, now: float | None = None) ->
     except (OSError, DamagedRecord) as error:
         return {"status": "failed", "detail": f"summary.json is unreadable: {_why(error)}"}
     status = summary.get("status")
+    if status == "completed" and _blank(run_dir / "metrics.jsonl"):
+        return {
+            "status": "failed",
+            "detail": "completed, but its metrics.jsonl is empty (its evaluations were lost): "
+            "rerun=true recomputes it",
+        }
     if status in ("completed", "diverged"):
         acc = summary.get("final/test_acc")
         detail = f"final/test_acc {acc:.4f}" if _is_number(acc) else ""
@@ -116,6 +122,14 @@ def run_status(run_dir: Path, stale_after_s: float, now: float | None = None) ->
     if status == "failed":
         return {"status": "failed", "detail": " ".join(str(summary.get("error", "")).split())[:200]}
     return {"status": "failed", "detail": f"unknown status {str(status)[:40]!r} in summary.json"}
+
+
+def _blank(path: Path) -> bool:
+    """Whether `path` exists without a line (0 bytes, or blank)."""
+    try:
+        return not path.read_bytes().strip()
+    except OSError:
+        return False
 
 
 def _why(error: BaseException) -> str:
@@ -160,7 +174,17 @@ def main(argv: list[str] | None = None) -> int:
         "--stale-after", type=float, default=10.0, help="minutes without heartbeat (default 10)"
     )
     parser.add_argument("--check", action="store_true", help="exit 1 unless all finished")
+    one_line_errors(parser)
     args = parser.parse_args(argv)
+    refuse_inert_flags(
+        parser,
+        [
+            ("--scale", args.scale is not None and not args.experiment,
+             "without --experiment NAME (the scale of the preset's points it lists)"),
+        ],
+    )  # fmt: skip
+    if not args.stale_after > 0:
+        parser.error(f"--stale-after must be a number of minutes > 0, got {args.stale_after:g}")
     root = Path(args.root)
     try:
         if not root.is_dir():

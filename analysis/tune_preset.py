@@ -36,7 +36,7 @@ from typing import Any
 from analysis.grid import compose_preset
 from analysis.report import REPO, command_line
 from analysis.tune import print_choices, tune
-from experiments.errors import UserError
+from experiments.errors import UserError, one_line_errors, refuse_inert_flags
 
 GRID = (0.05, 0.1, 0.2)
 SEEDS = (100, 101)
@@ -131,12 +131,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.tune_preset", description=__doc__)
     parser.add_argument("preset", help="a preset of conf/experiment/ (its report.tune_at)")
     parser.add_argument("--scale", default="fmnist")
-    parser.add_argument("--cluster", default="sim", help="sim (default) | local | slurm")
+    parser.add_argument("--cluster", default=None, help="sim (default) | local | slurm")
     parser.add_argument("--out-root", default="outputs", help="runs go to OUT/tune/<preset>/runs")
     parser.add_argument("--out", help="default: conf/tuned/<scale>/<preset>.yaml")
     parser.add_argument("--no-run", action="store_true", help="only choose from finished runs")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every run")
+    one_line_errors(parser)
     args = parser.parse_intermixed_args(argv)
+    refuse_inert_flags(
+        parser,
+        [
+            ("--cluster", args.no_run and args.cluster is not None,
+             "with --no-run (nothing runs: it chooses from the finished runs)"),
+            ("key=value overrides", args.no_run and bool(args.overrides),
+             "with --no-run (nothing runs: it chooses from the finished runs)"),
+        ],
+    )  # fmt: skip
+    args.cluster = args.cluster or "sim"
     command = command_line(
         argv if argv is not None else sys.argv[1:], args.out_root, module="analysis.tune_preset"
     )

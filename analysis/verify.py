@@ -49,10 +49,17 @@ from pathlib import Path
 from typing import Any
 
 from analysis.load import find_runs
-from analysis.recompute import REPO, chosen_results, quiet_report, report_args, results_parser
+from analysis.recompute import (
+    REPO,
+    chosen_results,
+    parse_results_args,
+    quiet_report,
+    report_args,
+    results_parser,
+)
 from analysis.records import RECORDS, dumps, read_records, run_record
 from experiments.config.identity import identity_config
-from experiments.errors import UserError
+from experiments.errors import UserError, refuse_inert_flags
 from experiments.store.fingerprint import describe
 
 TOLERANCE_SDS = 3.0
@@ -265,7 +272,12 @@ def verify_result(
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = results_parser("python -m analysis.verify", __doc__)
-    parser.add_argument("--points", choices=("sample", "all"), default="sample")
+    parser.add_argument(
+        "--points",
+        choices=("sample", "all"),
+        default=None,
+        help="sample (default): analysis/verify.py's SAMPLE; all: every finished run",
+    )
     parser.add_argument(
         "--run",
         action="append",
@@ -274,7 +286,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         help="rerun only this committed run (its name in runs.jsonl.gz; repeatable)",
     )
     parser.add_argument("--out", type=Path, default=None, metavar="DIR", help="scratch folder")
-    args = parser.parse_args(argv)
+    args = parse_results_args(parser, argv)
+    refuse_inert_flags(
+        parser,
+        [
+            ("--points", args.points is not None and bool(args.run),
+             "with --run (the runs it names are the points rerun)"),
+        ],
+    )  # fmt: skip
     try:
         dirs = chosen_results(args)
         for d in dirs:

@@ -94,3 +94,25 @@ class Stopped(BaseException):
 
         super().__init__(signal.Signals(signum).name)
         self.signum = signum
+
+
+def one_line_errors(parser):
+    """`parser` (an argparse.ArgumentParser) with its errors as one `error: ...` line and exit
+    code 2, as every refusal of the suite (argparse prints its usage first, two lines or more);
+    returns the parser. `parser.prog` names the command in the hint."""
+    import sys
+
+    def error(message: str):
+        print(f"error: {message} ({parser.prog} --help)", file=sys.stderr, flush=True)
+        sys.exit(EXIT_USER)
+
+    parser.error = error
+    return parser
+
+
+def refuse_inert_flags(parser, flags: list[tuple[str, bool, str]]) -> None:
+    """Refuse (one line, exit 2, `parser.error`) the first flag of `flags` given where it cannot
+    act: each is (the flag, whether it was given where it cannot act, where that is and why)."""
+    for flag, inert, where in flags:
+        if inert:
+            parser.error(f"{flag} has no effect {where}")

@@ -2,20 +2,23 @@
 
 `check(config)` takes a composed config (with its `hydra` node) and checks, in order: keys that no
 schema declares (Hydra lets `+key=value` add them), interpolations (`tau=${oops}`), then
-`check_values`: every value (`validate`), the fault-injection variable, W&B credentials for
-`wandb.mode=online`, and what a launcher (torchrun, srun) decided against what the config says
-(world size, nodes, workers per node); then the output root, without making it (together:
-`check_config`); then `check_machine`: the model (built on the `meta` device, no memory), the data
-and its partition, the devices the backend needs (GPUs). Everything before `check_machine` is torch-
-free (as composing the config is: algorithms/__init__.py), so that bad input is answered without
-`import torch` (issue 26; tests/test_torch_free.py); `check_machine` imports torch, which the run
-needs next anyway; last, the output root is made and written to (`check_output_root`). It returns
-the run's directory and identity. A single run calls it from the Hydra callback `Preflight`
-(conf/config.yaml: `hydra.callbacks`), after Hydra composed the config and before it creates the run
-directory; a sweep calls it for every point (hydra_plugins/commsgd_sweeper), before launching any;
-the run itself (experiments/runner.py) calls `check_job` (both parts) again before any worker
-starts, for a job that runs elsewhere (a SLURM array task): it costs nothing more in the same
-process (the data is cached).
+`check_values`: every value (`validate`, the dataset's, partition's and model's included:
+experiments/data/params.py), the fault-injection variable, W&B credentials for `wandb.mode=online`,
+and what a launcher (torchrun, srun) decided against what the config says (world size, nodes,
+workers per node); then a key the command line names where it cannot act (`check_inert_keys`,
+DEPENDENT_KEYS: `compute.factor` without slow workers, the network on the real clock, ...), the
+data's files where the workers run, and the output root, without making it: writable, not full
+(together: `check_config`); then `check_machine`: the model (built on the `meta` device, no
+memory), the data and its partition, the devices the backend needs (GPUs). Everything before
+`check_machine` is torch-free (as composing the config is: algorithms/__init__.py), so that bad
+input is answered without `import torch` (issue 26; tests/test_torch_free.py); `check_machine`
+imports torch, which the run needs next anyway; last, the output root is made and written to
+(`check_output_root`). It returns the run's directory and identity. A single run calls it from the
+Hydra callback `Preflight` (conf/config.yaml: `hydra.callbacks`), after Hydra composed the config
+and before it creates the run directory; a sweep calls it for every point
+(hydra_plugins/commsgd_sweeper), before launching any; the run itself (experiments/runner.py) calls
+`check_job` (both parts) again before any worker starts, for a job that runs elsewhere (a SLURM
+array task): it costs nothing more in the same process (the data is cached).
 
 The output root is resolved once, by the `out_dir` resolver (experiments/__init__.py: `~`
 expanded, made absolute, refused when empty, holding control characters or a component longer
@@ -45,6 +48,7 @@ from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
 import algorithms
+from experiments.data import params as data_params
 from experiments.errors import UserError
 from experiments.workers import options as batched
 
@@ -72,6 +76,7 @@ def check(config: DictConfig, sweep: bool = False) -> Point:
     plain, run_dir, launcher, here = check_config(config, sweep)
     check_machine(plain, launcher, local=here)
     check_output_root(run_dir.parent)  # creates `runs`: only for a config that passed the rest
+    note_outside_out_root(plain, run_dir, sweep)
     return Point(run_dir=run_dir.absolute(), digest=digest(plain), config=plain)
 
 
@@ -93,6 +98,9 @@ def check_config(
     here = not (sweep and plain["cluster"]["name"] != "local")
     launcher = None if sweep else launcher_env()
     check_values(plain, launcher)
+    check_inert_keys(plain, given_keys(config))
+    if here:  # the data's files, where the workers run (their content: check_machine)
+        data_params.check_files(plain["dataset"])
     if sweep:
         run_dir = Path(str(config.hydra.sweep.dir)) / str(config.hydra.sweep.subdir)
     else:
@@ -100,6 +108,27 @@ def check_config(
     check_output_root_unmade(run_dir.parent)
     check_run_dir_name(run_dir)
     return plain, run_dir, launcher, here
+
+
+def note_outside_out_root(plain: dict[str, Any], run_dir: Path, sweep: bool = False) -> None:
+    """One `warning:` line when `hydra.run.dir` (`hydra.sweep.dir`) puts the run outside
+    `<out_root>/runs`, where the suite's readers look for it (the sweep driver's report,
+    analysis.status, `make` targets): the run goes where it was asked to, said once."""
+    from experiments import out_dir
+
+    try:
+        runs = Path(out_dir(plain["out_root"])) / "runs"
+    except UserError:
+        return
+    if run_dir.absolute().parent == runs:
+        return
+    key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
+    print(
+        f"warning: {key} puts this run in {run_dir.absolute()}, outside {runs} (out_root's runs):"
+        " the reports, analysis.status and the sweep driver that read out_root will not see it",
+        file=sys.stderr,
+        flush=True,
+    )
 
 
 def check_preset(config: DictConfig) -> None:
@@ -154,7 +183,7 @@ def check_values(plain: dict[str, Any], launcher: Launcher | None) -> None:
 
     validate(plain)
     faults.check(plain["workers"])
-    check_wandb(plain)
+    check_wandb(plain, launcher)
     if launcher is not None:
         check_launcher(plain, launcher)
 
@@ -252,6 +281,7 @@ def validate(cfg: dict[str, Any]) -> None:
             f"lr_decay_at holds fractions of epochs in (0, 1], got {cfg['lr_decay_at']}"
         )
     validate_checkpointing(cfg)
+    validate_scale(cfg)  # before the clock: sim's compute.step_time_s is the scale's
     t = cfg["dist_timeout_s"]
     if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t <= MAX_TIMEOUT_S:
         raise UserError(
@@ -295,6 +325,8 @@ def validate(cfg: dict[str, Any]) -> None:
         algorithms.check_compression(name, (cfg.get("comm") or {}).get("compression", "none"))
     except (ValueError, TypeError) as e:
         raise UserError(str(e)) from None
+    # the data's, the partition's and the model's values (torch-free: the loaders' own checks)
+    data_params.check(cfg)
 
 
 def _seeds(cfg: dict[str, Any]) -> list[tuple[str, Any]]:
@@ -343,13 +375,30 @@ def validate_checkpointing(cfg: dict[str, Any]) -> None:
 def validate_cluster(cfg: dict[str, Any]) -> None:
     c = cfg["cluster"]
     if c.get("in_process"):
-        # torch: the in-process workers' device is torch's to name and count (sim.py device_of)
-        from experiments.workers.sim import check_in_process
-
-        check_in_process(cfg)
+        # The device's name here, torch-free; whether this machine has it is check_devices'
+        # (torch counts the GPUs: experiments/workers/sim.py device_of).
+        spec = str(c.get("device") or "auto")
+        if not re.fullmatch(r"auto|cpu(:0)?|cuda(:\d+)?", spec):
+            raise UserError(f"cluster.device must be auto, cpu, cuda or cuda:N, got {spec!r}")
+        if c.get("name") == "slurm" and (c.get("nodes") != 1 or c.get("tasks_per_node") != 1):
+            raise UserError(
+                "cluster.in_process=true runs a run's workers in one SLURM task: set "
+                "cluster.nodes=1 cluster.tasks_per_node=1 (and cluster.gpus_per_node=1 for a GPU)"
+            )
+    else:  # worker processes (experiments/workers/dist.py, place: which GPU is whose)
+        if str(c.get("device") or "auto") not in PROCESS_DEVICES:
+            raise UserError(
+                f"cluster.device must be one of {', '.join(PROCESS_DEVICES)}, got "
+                f"{c.get('device')!r}"
+            )
+    k = c.get("workers_per_gpu", 1)
+    if not _is_int(k) or k < 1:
+        raise UserError(f"cluster.workers_per_gpu must be an integer >= 1, got {k!r}")
+    if c.get("name") == "slurm":
+        validate_slurm_job(c)
+    if c.get("in_process"):
+        return  # one SLURM task runs the whole run
     if c.get("name") != "slurm":
-        return
-    if c.get("in_process"):  # one SLURM task runs the whole run (validated above)
         return
     nodes, per_node = c["nodes"], c["tasks_per_node"]
     if not _is_int(nodes) or nodes < 1 or not _is_int(per_node) or per_node < 1:
@@ -362,6 +411,56 @@ def validate_cluster(cfg: dict[str, Any]) -> None:
             f"workers={cfg['workers']} do not fill cluster.nodes={nodes} x "
             f"cluster.tasks_per_node={per_node}: choose workers divisible by the nodes"
         )
+
+
+PROCESS_DEVICES = ("auto", "cpu", "cuda")  # experiments/workers/dist.py DEVICES
+# cluster=slurm's job keys (submitit's): (key, smallest value, whether null is allowed)
+SLURM_JOB_KEYS = (
+    ("gpus_per_node", 0, True),
+    ("cpus_per_task", 1, True),
+    ("mem_gb", 1, True),
+    ("timeout_min", 1, False),
+    ("signal_delay_s", 0, False),
+    ("max_num_timeout", 0, False),
+    ("array_parallelism", 1, False),
+)
+
+
+def validate_slurm_job(c: dict[str, Any]) -> None:
+    """The SLURM job's numbers (what submitit would submit, or refuse after the sweep began)."""
+    for key, low, nullable in SLURM_JOB_KEYS:
+        value = c.get(key)
+        if value is None and nullable:
+            continue
+        if not _is_int(value) or value < low:
+            null = "null or " if nullable else ""
+            raise UserError(f"cluster.{key} must be {null}an integer >= {low}, got {value!r}")
+
+
+def validate_scale(cfg: dict[str, Any]) -> None:
+    """The scale's numbers (the presets read them through interpolations: a preset's workers,
+    non-IID fraction, modeled step and network)."""
+    s = cfg.get("scale") or {}
+
+    def number(key: str, value: Any) -> float:
+        if isinstance(value, bool) or not isinstance(value, int | float):
+            raise UserError(f"scale.{key} must be a number, got {value!r}")
+        return float(value)
+
+    workers = s.get("table_workers")
+    if not _is_int(workers) or workers < 1:
+        raise UserError(f"scale.table_workers must be an integer >= 1, got {workers!r}")
+    if not 0 < number("noniid_fraction", s.get("noniid_fraction")) <= 1:
+        raise UserError(f"scale.noniid_fraction must be in (0, 1], got {s['noniid_fraction']!r}")
+    if not 0 <= number("target_acc", s.get("target_acc")) <= 1:
+        raise UserError(f"scale.target_acc must be in [0, 1], got {s['target_acc']!r}")
+    if not number("step_time_s", s.get("step_time_s")) > 0:
+        raise UserError(f"scale.step_time_s must be a number > 0, got {s['step_time_s']!r}")
+    net = s.get("network") or {}
+    if not number("network.latency_s", net.get("latency_s")) >= 0:
+        raise UserError(f"scale.network.latency_s must be >= 0, got {net['latency_s']!r}")
+    if not number("network.bandwidth_gbps", net.get("bandwidth_gbps")) > 0:
+        raise UserError(f"scale.network.bandwidth_gbps must be > 0, got {net['bandwidth_gbps']!r}")
 
 
 def _is_int(value: Any) -> bool:
@@ -498,7 +597,10 @@ def check_devices(cfg: dict[str, Any], launcher: Launcher | None) -> None:
     from experiments.workers.dist import place
 
     cluster = cfg["cluster"]
-    if cluster.get("in_process"):
+    if cluster.get("in_process"):  # the one device of every worker (sim.py)
+        from experiments.workers.sim import check_in_process
+
+        check_in_process(cfg)
         return
     local = cfg["workers"] if launcher is None else (launcher.local_world_size or 1)
     bound = launcher is not None and launcher.name == "srun"
@@ -522,25 +624,131 @@ def check_devices(cfg: dict[str, Any], launcher: Launcher | None) -> None:
         )
 
 
-def has_wandb_credentials() -> bool:
-    """Whether W&B can log in without asking: WANDB_API_KEY, or a netrc entry for the W&B host
-    (what `wandb login` writes)."""
-    if os.environ.get("WANDB_API_KEY", "").strip():
-        return True
-    host = urlparse(os.environ.get("WANDB_BASE_URL", "https://api.wandb.ai")).hostname or ""
+# --- W&B ----------------------------------------------------------------------------------------
+# wandb.mode=online is checked once per command (a sweep's points share it: `_WANDB_ANSWERS`),
+# before any work, by asking the W&B server who the key belongs to: no network, a server that
+# does not answer within WANDB_CHECK_TIMEOUT_S or a key it refuses is one line and exit 2, rather
+# than wandb.init's 90 s wait and a worker's traceback (issue 36 item 4). Stdlib only (torch-free,
+# wandb-free: wandb's own login retries for minutes). A W&B lost after this check costs the run
+# nothing: experiments/store/log.py goes on offline and never fails a finished run.
+WANDB_CHECK_TIMEOUT_S = 8.0  # the whole check: name lookup, connection, TLS, answer
+WANDB_DEFAULT_URL = "https://api.wandb.ai"
+OFFLINE_HINT = "(or run with wandb.mode=offline and `wandb sync` the records later)"
+_WANDB_ANSWERS: dict[tuple[str, str], str | None] = {}  # (url, key) -> problem, None: fine
+
+
+def wandb_base_url() -> str:
+    """The W&B server this process talks to: WANDB_BASE_URL, else W&B's cloud."""
+    return os.environ.get("WANDB_BASE_URL", "").strip().rstrip("/") or WANDB_DEFAULT_URL
+
+
+def wandb_api_key() -> str | None:
+    """The key W&B logs in with, without asking: WANDB_API_KEY, or the password of a netrc
+    entry for the W&B host (what `wandb login` writes); None without one."""
+    key = os.environ.get("WANDB_API_KEY", "").strip()
+    if key:
+        return key
+    host = urlparse(wandb_base_url()).hostname or ""
     try:
         entry = netrc.netrc(os.environ.get("NETRC")).authenticators(host)
     except (OSError, netrc.NetrcParseError):
-        return False
-    return bool(entry and entry[2])
+        return None
+    return entry[2] if entry and entry[2] else None
 
 
-def check_wandb(cfg: dict[str, Any]) -> None:
-    if cfg["wandb"]["mode"] == "online" and not has_wandb_credentials():
+def has_wandb_credentials() -> bool:
+    """Whether W&B can log in without asking (`wandb_api_key`)."""
+    return wandb_api_key() is not None
+
+
+def wandb_login_problem(timeout_s: float | None = None) -> str | None:
+    """Why W&B online cannot work from here, in a phrase, or None: the server at
+    `wandb_base_url()` must answer a query for the key's user within `timeout_s` (default
+    WANDB_CHECK_TIMEOUT_S) and know the key. Asked once per server and key in a process."""
+    import threading
+
+    timeout_s = WANDB_CHECK_TIMEOUT_S if timeout_s is None else timeout_s
+    base, key = wandb_base_url(), wandb_api_key() or ""
+    if (base, key) in _WANDB_ANSWERS:
+        return _WANDB_ANSWERS[(base, key)]
+    answer: list[str | None] = []
+    # A thread with a deadline: a socket timeout does not bound the name lookup.
+    asking = threading.Thread(
+        target=lambda: answer.append(_ask_wandb(base, key, timeout_s)),
+        name="commsgd-wandb-check",
+        daemon=True,
+    )
+    asking.start()
+    asking.join(timeout_s)
+    if answer:
+        problem = answer[0]
+    else:
+        problem = f"W&B at {base} did not answer within {timeout_s:g} s"
+    _WANDB_ANSWERS[(base, key)] = problem
+    return problem
+
+
+def _ask_wandb(base: str, key: str, timeout_s: float) -> str | None:
+    """One query of the W&B GraphQL API for the key's user: None when it knows the key."""
+    import base64
+    import http.client
+    import json
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(
+        f"{base}/graphql",
+        data=json.dumps({"query": "query CommsgdViewer { viewer { id username } }"}).encode(),
+        headers={
+            "Content-Type": "application/json",
+            "Authorization": "Basic " + base64.b64encode(f"api:{key}".encode()).decode(),
+            "User-Agent": "commsgd-bench (W&B login check)",
+        },
+    )
+    rejected = (
+        f"W&B at {base} does not accept the API key: check WANDB_API_KEY or run "
+        "`wandb login --relogin`"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=timeout_s) as response:
+            body = response.read(1 << 20)
+    except urllib.error.HTTPError as e:
+        return rejected if e.code in (401, 403) else f"W&B at {base} answered HTTP {e.code}"
+    except urllib.error.URLError as e:
+        return f"cannot reach W&B at {base} ({_reason(e.reason)})"
+    except (OSError, http.client.HTTPException, ValueError) as e:  # a timeout is an OSError
+        return f"cannot reach W&B at {base} ({_reason(e)})"
+    try:
+        viewer = (json.loads(body).get("data") or {}).get("viewer")
+    except (ValueError, AttributeError):
+        return f"{base} does not answer as W&B's API does (check WANDB_BASE_URL)"
+    return None if viewer else rejected
+
+
+def _reason(error: object) -> str:
+    """An error's reason in a few words, on one line."""
+    if isinstance(error, BaseException):
+        text = getattr(error, "strerror", None) or str(error) or type(error).__name__
+    else:
+        text = str(error)
+    return " ".join(text.split())[:200]
+
+
+def check_wandb(cfg: dict[str, Any], launcher: Launcher | None = None) -> None:
+    """wandb.mode=online needs credentials and, where this process logs to W&B (not a worker of
+    rank > 0 under a launcher: only rank 0 logs), a W&B that answers and accepts them."""
+    if cfg["wandb"]["mode"] != "online":
+        return
+    if not has_wandb_credentials():
         raise UserError(
             "wandb.mode=online needs W&B credentials: set WANDB_API_KEY or run `wandb login` "
-            "(or run with wandb.mode=offline and `wandb sync` the records later)"
+            + OFFLINE_HINT
         )
+    if launcher is not None and launcher.rank != 0:
+        return
+    problem = wandb_login_problem()
+    if problem is not None:
+        raise UserError(f"wandb.mode=online: {problem} {OFFLINE_HINT}")
 
 
 def check_output_root(runs: Path) -> None:
@@ -554,19 +762,15 @@ def check_output_root(runs: Path) -> None:
     except OSError as e:
         why = e.strerror or type(e).__name__
         raise UserError(f"output directory {runs} is not writable: {why}") from None
-    free_mb, needed = shutil.disk_usage(runs).free / 2**20, min_free_mb()
-    if free_mb < needed:
-        raise UserError(
-            f"output directory {runs} is full: {free_mb:.1f} MB free, a run needs at least "
-            f"{needed:.0f} MB (COMMSGD_MIN_FREE_MB)"
-        )
+    _check_free(runs, runs)
 
 
 def check_output_root_unmade(runs: Path) -> None:
     """`check_output_root`'s refusals that need nothing made, for the torch-free checks: the
-    nearest existing folder on the way to `runs` must be a directory this process may write
-    (`os.access`; the same line as `check_output_root`'s). `check_output_root` proves it later,
-    by writing, once the config passed every other check (a refused config makes nothing)."""
+    nearest existing folder on the way to `runs` must be a directory this process can write (a
+    file created there and removed at once: `os.access` says yes for root on /proc) on a disk
+    that is not full, each refused in `check_output_root`'s line. `check_output_root` makes
+    `runs` later, once the config passed every other check (a refused config makes nothing)."""
     import errno
 
     path = runs
@@ -578,8 +782,25 @@ def check_output_root_unmade(runs: Path) -> None:
         read_only = bool(os.statvfs(path).f_flag & os.ST_RDONLY)
         why = os.strerror(errno.EROFS if read_only else errno.EACCES)
     else:
-        return
+        try:
+            with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+                pass
+        except OSError as e:
+            why = e.strerror or type(e).__name__
+        else:
+            _check_free(runs, path)
+            return
     raise UserError(f"output directory {runs} is not writable: {why}")
+
+
+def _check_free(runs: Path, on: Path) -> None:
+    """The disk of `on` (`runs` or its nearest existing folder) must have min_free_mb free."""
+    free_mb, needed = shutil.disk_usage(on).free / 2**20, min_free_mb()
+    if free_mb < needed:
+        raise UserError(
+            f"output directory {runs} is full: {free_mb:.1f} MB free, a run needs at least "
+            f"{needed:.0f} MB (COMMSGD_MIN_FREE_MB)"
+        )
 
 
 NAME_MAX = 255  # bytes of one path component (Linux, macOS)
@@ -626,6 +847,136 @@ def check_heterogeneity_applies(cfg: dict[str, Any]) -> None:
         "every worker computes at this machine's speed; add timing=virtual (the modeled clock) "
         "or emulate_compute=true (the slow workers sleep)"
     )
+
+
+def given_keys(config: DictConfig) -> list[str]:
+    """The keys the command line (or a sweep's point) names, as `key` of each `key=value`
+    override in `hydra.overrides.task` (`+`, `++`, `~` stripped; a group's choice is its
+    name, `network`); none for a config composed without its `hydra` node."""
+    try:
+        task = list(config.hydra.overrides.task)
+    except Exception:  # no hydra node
+        return []
+    return [str(item).split("=", 1)[0].lstrip("+~") for item in task]
+
+
+def _real_clock(cfg: dict[str, Any]) -> bool:
+    return cfg["timing"] == "real"
+
+
+def _checkpointing(cfg: dict[str, Any]) -> bool:
+    return cfg["checkpoint_every"] > 0 or bool(cfg["checkpoint"]["on_signal"])
+
+
+def _slowdown(cfg: dict[str, Any]) -> Any:
+    return (cfg.get("compute") or {}).get("slowdown", "none")
+
+
+# A key that acts only together with another (the schema's comments say which): (the key, as
+# named on the command line, or a group; whether it acts in the resolved config; why not). A key
+# the command line names where it cannot act is refused in one line (`check_inert_keys`):
+# a run would carry it in its name and record while computing what it computes without it.
+# `compute.slowdown`, `compute.straggler_prob` (check_heterogeneity_applies), `emulate_network`,
+# `emulate_compute`, `nesterov` and `cluster.batched=true` are refused by `validate` already.
+DEPENDENT_KEYS: tuple[tuple[str, Any, str], ...] = (
+    (
+        "network.ps_servers",
+        lambda c: c["network"].get("topology") == "ps",
+        "network.ps_servers applies to network.topology=ps only (this network's topology is "
+        "{network[topology]})",
+    ),
+    (
+        "network",
+        lambda c: not _real_clock(c) or bool(c.get("emulate_network")),
+        "{key} has no effect on the real clock (timing=real) without emulate_network=true: no "
+        "collective waits for the modeled network; add timing=virtual (the modeled clock) or "
+        "emulate_network=true",
+    ),
+    (
+        "compute.step_time_s",
+        lambda c: not _real_clock(c) or bool(c.get("emulate_compute")),
+        "compute.step_time_s has no effect on the real clock (timing=real) without "
+        "emulate_compute=true: each step takes what it takes; add timing=virtual (the modeled "
+        "clock) or emulate_compute=true",
+    ),
+    (
+        "compute.algo_time_s",
+        lambda c: not _real_clock(c),
+        "compute.algo_time_s applies to timing=virtual only: the real clock measures the "
+        "algorithm's work at every step",
+    ),
+    (
+        "compute.factor",
+        lambda c: _slowdown(c) in ("one_slow", "half_slow"),
+        "compute.factor applies to compute.slowdown=one_slow or half_slow only (compute.slowdown="
+        "{compute[slowdown]})",
+    ),
+    (
+        "compute.sigma",
+        lambda c: _slowdown(c) == "lognormal",
+        "compute.sigma applies to compute.slowdown=lognormal only (compute.slowdown="
+        "{compute[slowdown]})",
+    ),
+    (
+        "compute.straggler_factor",
+        lambda c: float((c.get("compute") or {}).get("straggler_prob") or 0) > 0,
+        "compute.straggler_factor applies only with compute.straggler_prob > 0 (it is "
+        "{compute[straggler_prob]})",
+    ),
+    (
+        "checkpoint.poll_steps",
+        _checkpointing,
+        "checkpoint.poll_steps has no effect with checkpointing off (checkpoint_every=0, "
+        "checkpoint.on_signal=false): nothing is polled for",
+    ),
+    (
+        "checkpoint.simulate_signal_at_step",
+        _checkpointing,
+        "checkpoint.simulate_signal_at_step has no effect with checkpointing off "
+        "(checkpoint_every=0, checkpoint.on_signal=false): nothing would be saved to resume from",
+    ),
+    (
+        "cluster.lockstep_seeds",
+        lambda c: bool(c["cluster"].get("in_process")),
+        "cluster.lockstep_seeds applies to in-process workers (cluster=sim) only: "
+        "cluster={cluster[name]} runs each seed alone",
+    ),
+    (
+        "cluster.batched",
+        lambda c: bool(c["cluster"].get("in_process")),
+        "cluster.batched applies to in-process workers (cluster=sim) only: cluster={cluster[name]} "
+        "runs each worker in its own process",
+    ),
+    (
+        "lr_decay_at",
+        lambda c: c["lr_decay"] != 1,
+        "lr_decay_at has no effect with lr_decay=1 (the LR is multiplied by 1 there)",
+    ),
+    (
+        "lr_decay",
+        lambda c: bool(c["lr_decay_at"]),
+        "lr_decay has no effect with lr_decay_at=[] (no point to decay at)",
+    ),
+)
+
+
+def dependent_key(key: str) -> tuple[str, Any, str] | None:
+    """The DEPENDENT_KEYS entry that governs `key` (a group, `network`, governs its keys)."""
+    for entry in DEPENDENT_KEYS:
+        if key == entry[0] or key.startswith(entry[0] + "."):
+            return entry
+    return None
+
+
+def check_inert_keys(cfg: dict[str, Any], keys: list[str]) -> None:
+    """A UserError (one line) for the first of `keys` (those the command line names) that
+    cannot act in the resolved config `cfg` (DEPENDENT_KEYS)."""
+    for key in keys:
+        entry = dependent_key(key)
+        if entry is not None and not entry[1](cfg):
+            group = cfg.get(key)
+            shown = f"{key}={group.get('name')}" if isinstance(group, dict) else key
+            raise UserError(entry[2].format(key=shown, **cfg))
 
 
 def describe(error: BaseException) -> str:

@@ -64,6 +64,8 @@ from experiments.store.records import (
     read_text,
     release_reserve,
     reserve,
+    resumed_segments,
+    summary_commit,
     supersede,
     update_summary,
     write_json_atomic,
@@ -356,13 +358,16 @@ def _start_record(
     resumed = previous.get("resumed", [])
     if meta is not None:
         resumed = [*resumed, {"from_step": meta["step"], "at": _now(), "host": _host()}]
+    # each commit its steps ran on: the checkpoint's segments, then this start's
+    commits = resumed_segments(meta, previous, git_sha())
     update_summary(
         run_dir,
         drop=("error", "interrupted", "finished_at"),
         status="running",
         identity=ident,
         world_size=plain["workers"],
-        git_sha=git_sha(),
+        git_sha=summary_commit(commits),
+        git_commits=commits,
         torch_version=torch.__version__,
         host=_host(),
         started_at=previous.get("started_at") if meta is not None else _now(),
@@ -714,6 +719,9 @@ def train_worker(
         if meta is not None:
             stopper.forget_simulation_before(meta["step"])
 
+        # the commits of the steps the checkpoint holds (rank 0 writes latest.json)
+        commits = (read_summary(run_dir) or {}).get("git_commits") if rank == 0 else None
+
         def save(state: dict, step: int, epoch: int, reason: str) -> None:
             ckpt.save(
                 run_dir,
@@ -725,6 +733,7 @@ def train_worker(
                 reason=reason,
                 cfg=cfg,
                 group=stopper.group,
+                commits=commits,
             )
 
         checkpointing = Checkpointing(

@@ -10,7 +10,15 @@ sweep resumes where it stopped and no finished result is recomputed or overwritt
 that fails is recorded and the others run. Then it writes the report of what finished,
 `python -m analysis.report --experiment <name> --scale <scale>`, into
 `<results>/<name>/<scale>/`, and ends with one `error:` line per failed point and a non-zero
-exit code when any failed. A stop (Ctrl-C, a signal) ends it at once, without a report.
+exit code when any failed. A stop (Ctrl-C, SIGTERM, SIGHUP, SIGUSR1/2) is passed on to the
+command running (run.py checkpoints its run and stops; the report leaves the previous one), and
+the sweep ends without a report, in one `error:` line (exit code 3, 130 for Ctrl-C); a command
+that has not ended GRACE_S seconds later is killed with every process it started. Finished runs
+stay as they are, an unfinished one resumes when the same command is given again.
+
+Every refusal that needs no work comes before any: the preset, scale and cluster, `--publish`'s
+clean checkout and its runs made from a modified one, where the report goes (`--check`: those
+checks alone, what `make demo PUBLISH=1` runs before its first point).
 
 Where things go: everything under `--out-root` (default `outputs`, relative to the directory
 the command is given in): the runs in `<out-root>/<name>/runs`, the reports in
@@ -23,19 +31,117 @@ that holds its code.
 
 from __future__ import annotations
 
-import argparse
-import subprocess
+import os
+import signal
 import sys
-import time
-from pathlib import Path
+
+if __name__ == "__main__":  # a stop while the sweep starts: one line (main() then takes over)
+
+    def _stop_early(signum: int, frame) -> None:
+        name = signal.Signals(signum).name
+        how = "interrupted by Ctrl-C" if name == "SIGINT" else f"stopped by {name}"
+        print(f"error: the sweep {how} before it started: nothing was run", file=sys.stderr)
+        os._exit(130 if name == "SIGINT" else 3)
+
+    for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
+        signal.signal(_sig, _stop_early)
+
+import argparse  # noqa: E402 - after the handlers above
+import subprocess  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+from experiments.errors import one_line_errors  # noqa: E402 - torch-free
 
 REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 
 
+GRACE_S = 8.0  # after a stop, how long the running command has to end before it is killed
+STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
+
+
 def fail(message: str) -> None:
     print(f"error: {message}", file=sys.stderr)
     sys.exit(2)
+
+
+class Stop(Exception):
+    """The sweep was stopped by signal `signum`."""
+
+    def __init__(self, signum: int):
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+def _own_group_dying_with_parent() -> None:
+    """In the child, before it runs: a process group of its own (the sweep passes each stop on
+    once; a Ctrl-C at the terminal reaches the sweep alone), and SIGTERM when the sweep dies
+    (Linux; a SIGKILL of the sweep too), so that no run goes on alone."""
+    os.setpgid(0, 0)
+    try:
+        import ctypes
+
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def run_child(command: list[str]) -> int:
+    """Run `command` (from the checkout) in a process group of its own, the sweep's stop
+    signals passed on to it; its exit code. A stop: raised as `Stop` once the command ended
+    (GRACE_S at most: then its process group is killed)."""
+    stops: list[tuple[int, float]] = []  # (signal, when)
+    child = subprocess.Popen(command, cwd=REPO, preexec_fn=_own_group_dying_with_parent)
+
+    def forward(signum: int, frame) -> None:
+        stops.append((signum, time.monotonic()))
+        try:
+            child.send_signal(signum)
+        except OSError:
+            pass
+
+    previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
+    try:
+        while True:
+            try:
+                code = child.wait(timeout=0.25)  # (a blocking wait would not see a stop)
+                break
+            except subprocess.TimeoutExpired:
+                if stops and time.monotonic() - stops[0][1] > GRACE_S:  # end it all
+                    _kill_group(child)
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+        _kill_group(child, only_left=True)
+    if stops:
+        raise Stop(stops[0][0])
+    return code
+
+
+def _kill_group(child: subprocess.Popen, only_left: bool = False) -> None:
+    """SIGKILL the child's process group (the command and what it started that stayed in it);
+    `only_left`: only what is left once the command itself ended."""
+    try:
+        os.killpg(child.pid, signal.SIGKILL)
+    except OSError:  # none left
+        return
+    if not only_left:
+        child.wait()
+
+
+def stopped_line(experiment: str, stop: Stop, what: str) -> int:
+    """The one line of a sweep that was stopped; its exit code."""
+    ctrl_c = stop.signum == signal.SIGINT
+    how = "interrupted by Ctrl-C" if ctrl_c else f"stopped by {signal.Signals(stop.signum).name}"
+    print(
+        f"error: the sweep of {experiment} {how}{' ' + what if what else ''}: finished runs are "
+        "kept, no report was "
+        "written; rerun the same command to resume",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 130 if ctrl_c else 3
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -53,9 +159,33 @@ def main(argv: list[str] | None = None) -> int:
         help="write the tables and figures into the checkout's results/ (the committed ones)",
     )
     parser.add_argument("--no-run", action="store_true", help="only write the report")
+    parser.add_argument(
+        "--check",
+        action="store_true",
+        help="only the checks that need no work (what make demo PUBLISH=1 runs first): nothing "
+        "is run or written",
+    )
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every run")
-    args = parser.parse_intermixed_args(argv)
+    one_line_errors(parser)
+    previous = {sig: signal.signal(sig, _raise_stop) for sig in STOP_SIGNALS}
+    args = None
+    try:
+        args = parser.parse_intermixed_args(argv)
+        return _main(args, argv)
+    except Stop as stop:  # between two commands: none runs
+        return stopped_line(args.experiment if args else "?", stop, "")
+    finally:
+        # the sweep's own process ends next: a stop then has nothing left to stop
+        program = __name__ == "__main__"
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_IGN if program else handler)
 
+
+def _raise_stop(signum: int, frame) -> None:
+    raise Stop(signum)
+
+
+def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     presets = sorted(p.stem for p in (CONF / "experiment").glob("*.yaml"))
     if args.experiment not in presets:
         fail(f"unknown experiment {args.experiment!r}; presets: {', '.join(presets)}")
@@ -84,6 +214,20 @@ def main(argv: list[str] | None = None) -> int:
     else:
         results = _resolve(args.results, "--results") if args.results else out_root / "results"
     runs_root = out_root / args.experiment
+    out = results / args.experiment / args.scale
+    # What the report would refuse after the sweep, refused before it
+    check_report_folder(out)
+    if args.publish:
+        dirty = dirty_runs(runs_root / "runs", args.experiment, args.scale)
+        if dirty:
+            fail(
+                f"--publish: {len(dirty)} finished run(s) of {args.experiment} at scale "
+                f"{args.scale} in {runs_root / 'runs'} ran (in part) on a modified checkout "
+                f"({dirty[0]}): rerun them from a commit (rerun=true), or move them away"
+            )
+    if args.check:
+        print(f"check: {args.experiment} at scale {args.scale} may run (nothing was run)")
+        return 0
     command = [
         sys.executable,
         str(REPO / "run.py"),
@@ -98,7 +242,10 @@ def main(argv: list[str] | None = None) -> int:
     if not args.no_run:
         print("$ " + " ".join(command[1:]), flush=True)
         started = time.time()
-        sweep_code = subprocess.run(command, cwd=REPO).returncode
+        try:
+            sweep_code = run_child(command)
+        except Stop as stop:
+            return stopped_line(args.experiment, stop, "while its runs ran")
         if sweep_code not in (0, 1, 2):  # a stop (Ctrl-C: 130, a signal: 3): no report
             print(
                 f"error: the sweep of {args.experiment} stopped (exit {sweep_code}); rerun the "
@@ -109,7 +256,6 @@ def main(argv: list[str] | None = None) -> int:
         failed = failed_points(runs_root / "sweeps", started)
         if sweep_code and not failed:  # refused as a whole (its one line is above): no sweep ran
             return sweep_code
-    out = results / args.experiment / args.scale
     report = [
         sys.executable,
         "-m",
@@ -127,21 +273,26 @@ def main(argv: list[str] | None = None) -> int:
         str(out_root),
         *(["--require-clean"] if args.publish else []),
     ]
-    code = subprocess.run(report, cwd=REPO).returncode
+    try:
+        code = run_child(report)
+    except Stop as stop:
+        return stopped_line(args.experiment, stop, "while its report was written")
     provenance = out / "provenance.txt"
     if code == 0 and provenance.exists():
         # The report records its own command; add the one that ran the sweep (paths in it
-        # relative to the checkout or $OUT, as the report's).
+        # relative to the checkout or $OUT, as the report's), the file replaced whole.
         from analysis.report import command_line
+        from experiments.errors import OutputError
+        from experiments.store.records import write_text_atomic
 
         sweep = command_line(
             argv if argv is not None else sys.argv[1:], out_root, module="experiments.sweep"
         )
         try:
-            with provenance.open("a") as f:
-                f.write(f"sweep command: {sweep}\n")
-        except OSError as e:
-            print(f"warning: cannot write {provenance}: {e.strerror}", file=sys.stderr)
+            text = provenance.read_text()
+            write_text_atomic(provenance, f"{text}sweep command: {sweep}\n")
+        except (OSError, OutputError) as e:
+            print(f"warning: cannot write {provenance}: {e}", file=sys.stderr)
     if code == 0:
         print(f"report: {out}", flush=True)
     for line in failed:  # at the very end, after the report's output
@@ -153,6 +304,50 @@ def main(argv: list[str] | None = None) -> int:
             file=sys.stderr,
         )
     return sweep_code or code
+
+
+def check_report_folder(out: Path) -> None:
+    """The report's folder can be written: not a file, its nearest existing folder writable."""
+    if out.exists() and not out.is_dir():
+        fail(f"the report's folder {out} is a file: move it away, or give --results DIR")
+    import tempfile
+
+    path = out
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:  # a file made there and removed at once (os.access says yes to root on /proc)
+        with tempfile.NamedTemporaryFile(dir=path, prefix=".write-test-"):
+            pass
+    except OSError as e:
+        fail(f"the report's folder {out} cannot be written ({path}: {e.strerror or e})")
+
+
+def dirty_runs(runs: Path, experiment: str, scale: str) -> list[str]:
+    """The commits with `-dirty` of the finished runs of `experiment` at `scale` under `runs`,
+    one per run that ran any of its steps on a modified checkout (its summary's `git_commits`
+    and `git_sha`): the runs `--publish` would refuse in the report, after the sweep."""
+    import yaml
+
+    from experiments.store.records import FINISHED, read_summary, run_commits
+
+    found = []
+    for summary_path in sorted(runs.glob("*/summary.json")) if runs.is_dir() else []:
+        run = summary_path.parent
+        try:
+            summary = read_summary(run) or {}
+            if summary.get("status") not in FINISHED:
+                continue
+            config = yaml.safe_load((run / "config.yaml").read_text()) or {}
+        except Exception:  # noqa: BLE001 - a damaged record: the report's to name
+            continue
+        if config.get("experiment_name") != experiment:
+            continue
+        if (config.get("scale") or {}).get("name") != scale:
+            continue
+        dirty = [c for c in run_commits(summary) if c.endswith("-dirty")]
+        if dirty:
+            found.append(dirty[0])
+    return found
 
 
 def _resolve(path: str, option: str) -> Path:

@@ -100,7 +100,8 @@ class Case:
     inproc: bool = True
     act: Callable[[Ctx], None] | None = None  # a real process: what to do while it runs
     check: Callable[[Ctx, Result], None] | None = None
-    cmd: str = "run"  # run | torchrun (2 processes) | sweep | status
+    # run | torchrun (2 processes) | make | one of MODULES (sweep, status, report, ...)
+    cmd: str = "run"
     one_line: bool | None = None  # default: exit code 2
     fast_args: bool = True  # prepend FAST
     out_root: bool = True  # append out_root=<case folder>/out
@@ -109,6 +110,14 @@ class Case:
     timeout: float = 600
     slow: bool = False
     traceback: bool = False  # a traceback not ours is expected (torchrun's report)
+    # in-process: what to replace first, `patch(monkeypatch, ctx)` (a clean checkout's commit)
+    patch: Callable[[Any, Ctx], None] | None = None
+    # a real process in a session of its own: none of the session's processes (every process
+    # group its processes made) may outlive the command
+    session: bool = False
+    # a sweep stopped part-way: the runs it finished before the stop stay finished (its exit
+    # code is the stop's); its own check says what the others must be
+    finishes: bool = False
 
     @property
     def id(self) -> str:
@@ -118,6 +127,17 @@ class Case:
 # --- running a case -------------------------------------------------------------------------
 
 
+# the commands a case may run as `python -m <module>` (`cmd`: the key)
+MODULES = {
+    "sweep": "experiments.sweep",
+    "status": "analysis.status",
+    "report": "analysis.report",
+    "recompute": "analysis.recompute",
+    "verify": "analysis.verify",
+    "tune_preset": "analysis.tune_preset",
+}
+
+
 def command(case: Case, ctx: Ctx) -> list[str]:
     args = list(case.args)
     if case.cmd in ("run", "torchrun"):
@@ -125,10 +145,10 @@ def command(case: Case, ctx: Ctx) -> list[str]:
         out = [f"out_root={ctx.out}"] if case.out_root else []
         launcher = ["torchrun", "--nproc-per-node", "2"] if case.cmd == "torchrun" else []
         return [*launcher, "run.py", *base, *args, *out]
-    if case.cmd == "sweep":
-        return ["-m", "experiments.sweep", *args]
-    if case.cmd == "status":
-        return ["-m", "analysis.status", *args]
+    if case.cmd == "make":
+        return ["make", *args]
+    if case.cmd in MODULES:
+        return ["-m", MODULES[case.cmd], *args]
     raise ValueError(case.cmd)
 
 
@@ -144,17 +164,16 @@ def _in_process(case: Case, ctx: Ctx, argv: list[str], monkeypatch) -> Result:
         script = str(REPO / "run.py")
         call = run_py_call()
         argv = [script, *argv[1:]]
-    elif case.cmd == "status":
-        from analysis.status import main
-
-        def call():
-            return main(argv[2:])
     else:
-        from experiments.sweep import main
+        import importlib
+
+        main = importlib.import_module(MODULES[case.cmd]).main
 
         def call():
             return main(argv[2:])
 
+    if case.patch is not None:
+        case.patch(monkeypatch, ctx)
     env = {k: None if v is None else v.replace("{tmp}", str(ctx.tmp)) for k, v in case.env.items()}
     proc = in_process(
         call,
@@ -178,10 +197,18 @@ def _subprocess(case: Case, ctx: Ctx, argv: list[str]) -> Result:
     if argv[0] == "torchrun":
         argv = ["-m", "torch.distributed.run", *argv[1:]]
     argv = [str(REPO / "run.py") if a == "run.py" else a for a in argv]
-    executable = [sys.executable]
+    executable = [] if case.cmd == "make" else [sys.executable]
+    if case.cmd == "make":  # the checkout's own environment (make's PY), as a user runs it
+        env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
     with stdout.open("w") as out, stderr.open("w") as err:
         ctx.proc = subprocess.Popen(
-            [*executable, *argv], cwd=cwd, env=env, stdout=out, stderr=err, text=True
+            [*executable, *argv],
+            cwd=cwd,
+            env=env,
+            stdout=out,
+            stderr=err,
+            text=True,
+            start_new_session=case.session,
         )
         try:
             if case.act is not None:
@@ -245,7 +272,7 @@ def verify(case: Case, ctx: Ctx, before: dict[Path, bytes], result: Result) -> N
             summaries[path] = None  # damaged (planted)
     # (a race case's twin command may have finished the run this command was refused: its
     # record is the twin's, checked by the case's own check)
-    if result.code not in (0, 3) and "twin" not in ctx.data:
+    if result.code not in (0, 3) and "twin" not in ctx.data and not case.finishes:
         for path, summary in summaries.items():
             if before.get(path) == path.read_bytes():
                 continue  # planted, untouched
@@ -317,13 +344,35 @@ def marked_processes(mark: str) -> list[int]:
     return found
 
 
+def session_processes(sid: int) -> list[int]:
+    """The live processes of session `sid` (every process group made in it)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit() or int(entry.name) == os.getpid():
+            continue
+        try:
+            fields = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[3]) == sid and fields[0] != "Z":
+            found.append(int(entry.name))
+    return found
+
+
 def assert_no_process_left(ctx: Ctx) -> None:
     if ctx.proc is None:
         return
     deadline = time.monotonic() + 15  # the kernel's reaping, not the suite's: generous
-    while marked_processes(ctx.mark) and time.monotonic() < deadline:
+
+    def left_behind() -> list[int]:
+        found = marked_processes(ctx.mark)
+        if ctx.case.session:  # also what left the marked environment (by process group)
+            found += [p for p in session_processes(ctx.proc.pid) if p not in found]
+        return found
+
+    while left_behind() and time.monotonic() < deadline:
         time.sleep(0.1)
-    left = marked_processes(ctx.mark)
+    left = left_behind()
     for pid in left:  # do not leave them to the next test either
         with contextlib.suppress(OSError):
             os.kill(pid, signal.SIGKILL)

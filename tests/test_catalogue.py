@@ -1479,6 +1479,963 @@ add(
 )
 
 
+# --- issue 36: provenance across a resume, flags and keys that cannot act, reports written all
+# at once, stops that leave no process behind, refusals before any work, fast validation ----
+
+FIXTURE_RUNS = Path(__file__).parent / "fixtures" / "runs" / "demo"
+CLEAN = "1" * 40  # a commit of a clean checkout
+DIRTY = "0" * 40 + "-dirty"  # the commit of a checkout with modified tracked files
+RESULTS = Path(__file__).parents[1] / "results"
+
+
+def demo_runs(where: str = "runs", sha: str = "fixture", commits=None, metrics=None):
+    """The fixtures' finished demo run (scale smoke) under `<case folder>/<where>`, its summary's
+    `git_sha` and `git_commits` as given, its metrics.jsonl replaced by `metrics` when given."""
+
+    def setup(ctx: Ctx) -> None:
+        root = ctx.tmp / where
+        root.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copytree(FIXTURE_RUNS, root, dirs_exist_ok=True)
+        run = sorted(root.iterdir())[0]
+        summary = json.loads((run / "summary.json").read_text())
+        summary["git_sha"] = sha
+        if commits is not None:
+            summary["git_commits"] = commits
+        (run / "summary.json").write_text(json.dumps(summary))
+        if metrics is not None:
+            (run / "metrics.jsonl").write_text(metrics)
+        ctx.data["results"] = snapshot(RESULTS)
+
+    return setup
+
+
+def checkout(commit: str):
+    """In-process: the checkout's commit is `commit` (a clean or a modified checkout), for the
+    report's and the sweep's checks."""
+
+    def patch(monkeypatch, ctx: Ctx) -> None:
+        import analysis.report
+        import experiments.store.records
+
+        monkeypatch.setattr(analysis.report, "git_commit", lambda repo=None: commit)
+        monkeypatch.setattr(experiments.store.records, "git_commit", lambda repo: commit)
+
+    return patch
+
+
+def nothing_at(*names: str):
+    def check(ctx: Ctx, result: Result) -> None:
+        for name in names:
+            assert not (ctx.tmp / name).exists(), f"{name} was written"
+        if "results" in ctx.data:  # the checkout's results/ untouched
+            assert snapshot(RESULTS) == ctx.data["results"]
+
+    return check
+
+
+def previous_report(where: str = "rep"):
+    """A previous report in `<case folder>/<where>`: what a failed report must leave."""
+
+    def setup(ctx: Ctx) -> None:
+        folder = ctx.tmp / where
+        folder.mkdir(parents=True, exist_ok=True)
+        (folder / "table.md").write_text("the previous report\n")
+        (folder / "test_acc.png").write_bytes(b"previous figure")
+
+    return setup
+
+
+def previous_or_complete(where: str = "rep"):
+    """The report folder is the previous report, or the new one complete (a stop that came
+    while it was put in place is taken after): never a part of one."""
+
+    def check(ctx: Ctx, result: Result) -> None:
+        folder = ctx.tmp / where
+        names = sorted(p.name for p in folder.iterdir())
+        if (folder / "table.md").read_text() == "the previous report\n":
+            assert names == ["table.md", "test_acc.png"], names
+        else:
+            assert {"table.md", "table.csv", "runs.jsonl.gz", "test_acc.png"} <= set(names)
+
+    return check
+
+
+def report_tmp(where: str = "rep"):
+    """The report is being written (its folder beside --out exists)."""
+    return lambda ctx: any(ctx.tmp.glob(f".{where}.*.tmp"))
+
+
+def run_records_resumable(ctx: Ctx, result: Result) -> None:
+    """Once every process of the command's session ended: every run it left is finished, or
+    failed (a rerun of the same command runs it again), from the checkpoint its stop saved
+    when it says so; nothing is marked complete that is not, no record says `running`."""
+    from tests.catalogue import session_processes
+
+    deadline = time.monotonic() + 15
+    while session_processes(ctx.proc.pid) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    if "stopped_at" in ctx.data:  # the whole tree ended within 10 s of the stop
+        took = time.monotonic() - ctx.data["stopped_at"]
+        assert not session_processes(ctx.proc.pid) and took < 10, f"ended {took:.1f} s after"
+    for path in ctx.tmp.rglob("runs/*/summary.json"):
+        summary = json.loads(path.read_text())
+        if summary["status"] in ("completed", "diverged"):
+            assert (path.parent / "metrics.jsonl").stat().st_size, path
+            continue
+        assert summary["status"] == "failed", summary
+        if "checkpoint saved" in summary["error"]:
+            assert (path.parent / "checkpoint" / "latest.json").is_file(), summary
+
+
+def sweep_evaluated(ctx: Ctx) -> bool:
+    """`make demo`'s sweep trains (a run beside its first, real-process point evaluated)."""
+    return sum(1 for p in ctx.tmp.rglob("runs/*/metrics.jsonl") if p.stat().st_size) >= 2
+
+
+def evaluated_anywhere(ctx: Ctx) -> bool:
+    return any(p.stat().st_size for p in ctx.tmp.rglob("runs/*/metrics.jsonl"))
+
+
+def stopped_run(*args: str):
+    """A first run of the case's config, stopped by a simulated SIGUSR1 at step 20 (exit 3):
+    a checkpoint to resume from, written on this checkout, then marked as written on a modified
+    one (its latest.json's `git_commits`, the summary's `git_sha`), or as written before the
+    commits were recorded (`old`)."""
+    old = "old" in args
+
+    def setup(ctx: Ctx) -> None:
+        from tests.cli import run_py
+
+        first = [*ctx.overrides(), "checkpoint.simulate_signal_at_step=20", f"out_root={ctx.out}"]
+        proc = run_py(*first, timeout=600)
+        assert proc.returncode == 3, proc.stderr[-2000:]
+        run = ctx.run_dir()
+        latest = run / "checkpoint" / "latest.json"
+        meta = json.loads(latest.read_text())
+        ctx.data["step"] = meta["step"]
+        if old:
+            meta.pop("git_commits")
+        else:
+            meta["git_commits"] = [{"git_sha": DIRTY, "from_step": 0}]
+        latest.write_text(json.dumps(meta))
+        summary = json.loads((run / "summary.json").read_text())
+        summary["git_sha"] = DIRTY
+        if old:
+            summary.pop("git_commits")
+        (run / "summary.json").write_text(json.dumps(summary))
+
+    return setup
+
+
+def names_both_commits(ctx: Ctx, result: Result) -> None:
+    """The resumed run names the checkpoint's (modified) commit for its first steps and this
+    checkout's for the rest, is marked -dirty, and a report that must be clean refuses it."""
+    from analysis.report import main as report_main
+    from experiments.store.records import git_sha
+    from tests.cli import in_process
+
+    summary = summary_of(ctx)
+    assert summary["status"] == "completed", summary
+    assert summary["git_commits"] == [
+        {"git_sha": DIRTY, "from_step": 0},
+        {"git_sha": git_sha(), "from_step": ctx.data["step"]},
+    ], summary["git_commits"]
+    assert summary["git_sha"].endswith("-dirty"), summary["git_sha"]
+    runs, out = str(ctx.out / "runs"), str(ctx.tmp / "rep")
+    mp = pytest.MonkeyPatch()
+    try:
+        checkout(CLEAN)(mp, ctx)
+        done = in_process(
+            lambda: report_main([runs, "--out", out, "--require-clean"]), monkeypatch=mp
+        )
+    finally:
+        mp.undo()
+    assert done.returncode == 2 and "made from a modified checkout" in done.stderr, done
+    assert not Path(out).exists()
+
+
+PROVENANCE_REFUSED = (
+    r"^error: 1 of the 1 runs made from a modified checkout, in all or part of their steps "
+    rf"\({DIRTY}\): rerun them from a commit"
+)
+add(
+    Case(
+        "report-refuses-a-run-resumed-on-a-clean-tree",
+        "provenance",
+        ("{tmp}/runs", "--out", "{tmp}/rep", "--require-clean"),
+        cmd="report",
+        setup=demo_runs(
+            sha=CLEAN,
+            commits=[{"git_sha": DIRTY, "from_step": 0}, {"git_sha": CLEAN, "from_step": 24}],
+        ),
+        patch=checkout(CLEAN),
+        line=PROVENANCE_REFUSED,
+        check=nothing_at("rep"),
+    ),
+    Case(
+        "preset-report-refuses-a-dirty-middle-segment",
+        "provenance",
+        ("{tmp}/runs", "--out", "{tmp}/rep", "--require-clean", "--experiment", "demo"),
+        cmd="report",
+        setup=demo_runs(
+            sha=CLEAN,
+            commits=[
+                {"git_sha": CLEAN, "from_step": 0},
+                {"git_sha": DIRTY, "from_step": 8},
+                {"git_sha": CLEAN, "from_step": 16},
+            ],
+        ),
+        patch=checkout(CLEAN),
+        line=PROVENANCE_REFUSED,
+        check=nothing_at("rep"),
+    ),
+    Case(
+        "report-refuses-an-old-record-marked-dirty",
+        "provenance",
+        ("{tmp}/runs", "--out", "{tmp}/rep", "--require-clean"),
+        cmd="report",
+        setup=demo_runs(sha=DIRTY),
+        patch=checkout(CLEAN),
+        line=PROVENANCE_REFUSED,
+        check=nothing_at("rep"),
+    ),
+    Case(
+        "publish-refuses-runs-of-a-dirty-segment-before-running",
+        "provenance",
+        ("demo", "--scale", "smoke", "--cluster", "sim", "--out-root", "{tmp}/out", "--publish"),
+        cmd="sweep",
+        setup=demo_runs(
+            "out/demo/runs",
+            sha=CLEAN,
+            commits=[{"git_sha": DIRTY, "from_step": 0}, {"git_sha": CLEAN, "from_step": 24}],
+        ),
+        patch=checkout(CLEAN),
+        line=r"^error: --publish: 1 finished run\(s\) of demo at scale smoke in .*/out/demo/runs "
+        rf"ran \(in part\) on a modified checkout \({DIRTY}\): rerun them from a commit",
+        check=nothing_at("out/demo/sweeps", "out/results"),
+    ),
+    Case(
+        "publish-check-passes-runs-of-clean-segments",
+        "provenance",
+        ("demo", "--scale", "smoke", "--out-root", "{tmp}/out", "--publish", "--check"),
+        cmd="sweep",
+        setup=demo_runs(
+            "out/demo/runs",
+            sha=CLEAN,
+            commits=[{"git_sha": CLEAN, "from_step": 0}, {"git_sha": CLEAN, "from_step": 24}],
+        ),
+        patch=checkout(CLEAN),
+        code=0,
+        line=r"^check: demo at scale smoke may run \(nothing was run\)$",
+        check=nothing_at("out/demo/sweeps", "out/results"),
+    ),
+    Case(
+        "provenance-names-each-commit-of-a-resumed-run",
+        "provenance",
+        ("demo", "--scale", "smoke", "--no-run", "--out-root", "{tmp}/out"),
+        cmd="sweep",
+        setup=demo_runs(
+            "out/demo/runs",
+            sha=CLEAN + "-dirty",
+            commits=[{"git_sha": DIRTY, "from_step": 0}, {"git_sha": CLEAN, "from_step": 24}],
+        ),
+        code=0,
+        one_line=False,
+        check=lambda ctx, r: (
+            re.search(
+                rf"^run commits: .*{DIRTY} \(1 runs\).*{CLEAN} \(1 runs\)",
+                (ctx.out / "results" / "demo" / "smoke" / "provenance.txt").read_text(),
+                re.M,
+            )
+            or pytest.fail((ctx.out / "results" / "demo" / "smoke" / "provenance.txt").read_text())
+        ),
+    ),
+    Case(
+        "resume-after-a-checkpoint-of-a-modified-tree",
+        "provenance",
+        ("cluster=sim",),
+        setup=stopped_run(),
+        code=0,
+        status="completed",
+        inproc=False,
+        check=names_both_commits,
+    ),
+    Case(
+        "resume-of-a-checkpoint-without-commits",
+        "provenance",
+        ("cluster=sim", "seed=1"),
+        setup=stopped_run("old"),
+        code=0,
+        status="completed",
+        inproc=False,
+        check=names_both_commits,
+        slow=True,
+    ),
+)
+
+# --- flags and keys that cannot act: refused in one line -----------------------------------
+
+
+def F(name: str, cmd: str, args: str, line: str, **kw) -> Case:
+    return Case(name, "flags", tuple(args.split()), cmd=cmd, line=line, **kw)
+
+
+INERT = r"^error: {} has no effect {} .*\(python -m analysis.{} --help\)$"
+add(
+    F(
+        "report-scale-without-experiment",
+        "report",
+        "{tmp}/runs --out {tmp}/rep --scale smoke",
+        INERT.format("--scale", "without --experiment NAME", "report"),
+        setup=demo_runs(),
+        check=nothing_at("rep"),
+    ),
+    F(
+        "report-set-without-experiment",
+        "report",
+        "{tmp}/runs --out {tmp}/rep --set cluster=sim",
+        INERT.format("--set", "without --experiment NAME", "report"),
+        setup=demo_runs(),
+        check=nothing_at("rep"),
+    ),
+    F(
+        "report-out-root-without-experiment",
+        "report",
+        "{tmp}/runs --out {tmp}/rep --out-root {tmp}",
+        INERT.format("--out-root", "without --experiment NAME", "report"),
+        setup=demo_runs(),
+        check=nothing_at("rep"),
+    ),
+    F(
+        "report-conf-without-experiment",
+        "report",
+        "{tmp}/runs --out {tmp}/rep --conf conf",
+        INERT.format("--conf", "without --experiment NAME", "report"),
+        setup=demo_runs(),
+        check=nothing_at("rep"),
+    ),
+    F(
+        "report-unknown-flag-in-one-line",
+        "report",
+        "{tmp}/runs --out {tmp}/rep --requre-clean",
+        r"^error: unrecognized arguments: --requre-clean \(python -m analysis.report --help\)$",
+        setup=demo_runs(),
+    ),
+    F(
+        "status-scale-without-experiment",
+        "status",
+        "{tmp} --scale smoke",
+        INERT.format("--scale", "without --experiment NAME", "status"),
+    ),
+    F(
+        "status-stale-after-0",
+        "status",
+        "{tmp} --stale-after 0",
+        r"^error: --stale-after must be a number of minutes > 0, got 0",
+    ),
+    F(
+        "recompute-results-with-dirs",
+        "recompute",
+        "{tmp}/a --results {tmp}",
+        INERT.format("--results", "with RESULT_DIRs named", "recompute"),
+    ),
+    F(
+        "verify-results-with-dirs",
+        "verify",
+        "{tmp}/a --results {tmp}",
+        INERT.format("--results", "with RESULT_DIRs named", "verify"),
+    ),
+    F(
+        "verify-points-with-run",
+        "verify",
+        "--run x --points all",
+        INERT.format("--points", "with --run", "verify"),
+    ),
+    F(
+        "tune-preset-cluster-without-a-run",
+        "tune_preset",
+        "losp --no-run --cluster local",
+        INERT.format("--cluster", "with --no-run", "tune_preset"),
+    ),
+    F(
+        "tune-preset-overrides-without-a-run",
+        "tune_preset",
+        "losp --no-run tau=2",
+        INERT.format("key=value overrides", "with --no-run", "tune_preset"),
+    ),
+    F(
+        "sweep-unknown-flag-in-one-line",
+        "sweep",
+        "demo --pubish",
+        r"^error: unrecognized arguments: --pubish \(python -m experiments.sweep --help\)$",
+    ),
+    F(
+        "run-resolve-without-cfg",
+        "run",
+        "--resolve",
+        r"^error: --resolve has no effect here: it resolves what --cfg shows",
+    ),
+    F(
+        "run-package-without-cfg",
+        "run",
+        "--package algorithm",
+        r"^error: --package has no effect here: it picks the package --cfg or --info shows",
+    ),
+)
+
+
+def K(name: str, args: str, line: str, **kw) -> Case:
+    return Case(name, "keys", tuple(args.split()), line=line, **kw)
+
+
+add(
+    K(
+        "factor-without-slow-workers",
+        "timing=virtual compute.factor=4",
+        r"^error: compute.factor applies to compute.slowdown=one_slow or half_slow only "
+        r"\(compute.slowdown=none\)$",
+    ),
+    K(
+        "sigma-without-lognormal",
+        "timing=virtual compute.slowdown=one_slow compute.sigma=1",
+        r"^error: compute.sigma applies to compute.slowdown=lognormal only",
+    ),
+    K(
+        "straggler-factor-without-stragglers",
+        "timing=virtual compute.straggler_factor=3",
+        r"^error: compute.straggler_factor applies only with compute.straggler_prob > 0",
+    ),
+    K(
+        "algo-time-on-the-real-clock",
+        "compute.algo_time_s=0.01",
+        r"^error: compute.algo_time_s applies to timing=virtual only",
+    ),
+    K(
+        "step-time-on-the-real-clock",
+        "compute.step_time_s=0.01",
+        r"^error: compute.step_time_s has no effect on the real clock \(timing=real\) without "
+        r"emulate_compute=true",
+    ),
+    K(
+        "network-on-the-real-clock",
+        "network=wan",
+        r"^error: network=wan has no effect on the real clock \(timing=real\) without "
+        r"emulate_network=true",
+    ),
+    K(
+        "latency-on-the-real-clock",
+        "network.latency_s=0.001",
+        r"^error: network.latency_s has no effect on the real clock",
+    ),
+    K(
+        "ps-servers-without-ps",
+        "cluster=sim network.ps_servers=4",
+        r"^error: network.ps_servers applies to network.topology=ps only \(this network's "
+        r"topology is allreduce\)$",
+    ),
+    K(
+        "poll-steps-without-checkpointing",
+        "checkpoint.on_signal=false checkpoint.poll_steps=5",
+        r"^error: checkpoint.poll_steps has no effect with checkpointing off",
+    ),
+    K(
+        "simulated-signal-without-checkpointing",
+        "checkpoint.on_signal=false checkpoint.simulate_signal_at_step=5",
+        r"^error: checkpoint.simulate_signal_at_step has no effect with checkpointing off",
+    ),
+    K(
+        "lockstep-seeds-on-worker-processes",
+        "cluster.lockstep_seeds=4",
+        r"^error: cluster.lockstep_seeds applies to in-process workers \(cluster=sim\) only: "
+        r"cluster=local runs each seed alone$",
+    ),
+    K(
+        "batched-on-worker-processes",
+        "cluster.batched=false",
+        r"^error: cluster.batched applies to in-process workers \(cluster=sim\) only",
+    ),
+    K(
+        "decay-points-without-decay",
+        "lr_decay=1 lr_decay_at=[0.5]",
+        r"^error: lr_decay_at has no effect with lr_decay=1",
+    ),
+    K(
+        "decay-without-decay-points",
+        "lr_decay=0.5 lr_decay_at=[]",
+        r"^error: lr_decay has no effect with lr_decay_at=\[\]",
+    ),
+    K(
+        "inert-key-of-a-sweep-point",
+        "-m tau=1,2 compute.factor=3",
+        r"compute.factor applies to compute.slowdown=one_slow or half_slow only",
+        one_line=False,
+    ),
+)
+
+# --- reports written all at once (a full disk, a bad --out, a signal) ----------------------
+
+
+def savefig_disk_full(monkeypatch, ctx: Ctx) -> None:
+    """Every figure write fails as on a full disk (ENOSPC), after the table was written."""
+    import errno
+
+    import matplotlib.figure
+
+    def full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(matplotlib.figure.Figure, "savefig", full)
+
+
+def replaced_whole(ctx: Ctx, result: Result) -> None:
+    names = sorted(p.name for p in (ctx.tmp / "rep").iterdir())
+    assert "claims.md" not in names and "table.md" in names, names  # the stale file is gone
+    assert (ctx.tmp / "rep" / "table.md").read_text() != "the previous report\n"
+
+
+def spec_kept(ctx: Ctx, result: Result) -> None:
+    assert (ctx.tmp / "rep" / "wandb_report.json").read_text() == "{}"
+    assert (ctx.tmp / "rep" / "table.md").read_text() != "the previous report\n"
+
+
+def others_kept(ctx: Ctx, result: Result) -> None:
+    assert (ctx.tmp / "rep" / "notes" / "mine.txt").read_text() == "mine"
+    assert (ctx.tmp / "rep" / "table.md").read_text() != "the previous report\n"
+
+
+REPORT = ("{tmp}/runs", "--out", "{tmp}/rep")
+add(
+    Case(
+        "out-is-a-file",
+        "reports",
+        REPORT,
+        cmd="report",
+        setup=plants(demo_runs(), lambda ctx: (ctx.tmp / "rep").write_text("a file")),
+        line=r"^error: --out .*/rep is a file, not a folder: name a folder for the report$",
+    ),
+    Case(
+        "out-cannot-be-made",
+        "reports",
+        ("{tmp}/runs", "--out", "/proc/none/rep"),
+        cmd="report",
+        setup=demo_runs(),
+        line=r"^error: cannot write the report into /proc/none/rep: ",
+    ),
+    Case(
+        "disk-full-writing-a-figure",
+        "reports",
+        REPORT,
+        cmd="report",
+        setup=plants(demo_runs(), previous_report()),
+        patch=savefig_disk_full,
+        line=r"^error: disk full writing the report: the previous report in .*/rep is unchanged$",
+    ),
+    Case(
+        "disk-full-writing-a-preset-report",
+        "reports",
+        (*REPORT, "--experiment", "demo"),
+        cmd="report",
+        setup=demo_runs(),
+        patch=savefig_disk_full,
+        line=r"^error: disk full writing the report: nothing written$",
+        check=nothing_at("rep"),
+    ),
+    Case(
+        "disk-full-on-a-small-disk",
+        "reports",
+        ("{tmp}/runs", "--out", "{tmp}/mnt/rep"),
+        cmd="report",
+        setup=plants(demo_runs(), small_tmpfs("48k")),
+        line=r"^error: disk full writing the report: nothing written$",
+        check=nothing_at("mnt/rep"),
+    ),
+    Case(
+        "ctrl-c-while-writing",
+        "reports",
+        REPORT,
+        cmd="report",
+        setup=plants(demo_runs(), previous_report()),
+        act=then(when(report_tmp()), send(signal.SIGINT)),
+        inproc=False,
+        code=130,
+        line=r"^error: interrupted by Ctrl-C",
+        one_line=True,
+        check=previous_or_complete(),
+    ),
+    Case(
+        "term-while-writing",
+        "reports",
+        REPORT,
+        cmd="report",
+        setup=plants(demo_runs(), previous_report()),
+        act=then(when(report_tmp()), send(signal.SIGTERM)),
+        inproc=False,
+        line=r"^error: stopped by SIGTERM",
+        check=previous_or_complete(),
+    ),
+    Case(
+        "term-before-the-report-started",
+        "reports",
+        REPORT,
+        cmd="report",
+        setup=plants(demo_runs(), previous_report()),
+        act=then(when(importing), send(signal.SIGTERM)),
+        inproc=False,
+        line=r"^error: stopped by SIGTERM before the report started: nothing written$",
+    ),
+    Case(
+        "a-previous-report-is-replaced-whole",
+        "reports",
+        REPORT,
+        cmd="report",
+        setup=plants(
+            demo_runs(),
+            previous_report(),
+            lambda ctx: (ctx.tmp / "rep" / "claims.md").write_text("stale"),
+        ),
+        code=0,
+        one_line=False,
+        check=replaced_whole,
+    ),
+    Case(
+        "a-w-and-b-spec-beside-the-report-is-kept",
+        "reports",
+        REPORT,
+        cmd="report",
+        setup=plants(
+            demo_runs(),
+            previous_report(),
+            lambda ctx: (ctx.tmp / "rep" / "wandb_report.json").write_text("{}"),
+        ),
+        code=0,
+        one_line=False,
+        check=spec_kept,
+    ),
+    Case(
+        "a-folder-with-other-files-keeps-them",
+        "reports",
+        REPORT,
+        cmd="report",
+        setup=plants(
+            demo_runs(),
+            previous_report(),
+            lambda ctx: (ctx.tmp / "rep" / "notes").mkdir(),
+            lambda ctx: (ctx.tmp / "rep" / "notes" / "mine.txt").write_text("mine"),
+        ),
+        code=0,
+        one_line=False,
+        check=others_kept,
+    ),
+)
+
+# --- stops of make, the sweep driver and run.py: the whole process tree ends -----------------
+
+SIGTERM = signal.SIGTERM
+SWEEP_STOPPED = r"^error: the sweep of demo {} while its {}: finished runs are kept, no report "
+# two points of the demo's grid (fewer to compose and check), each long enough to be stopped
+SIM_SWEEP = (
+    "demo", "--scale", "smoke", "--cluster", "sim", "--out-root", "{tmp}/out",
+    "algorithm=local_sgd", "seed=0,1", "epochs=40",
+)  # fmt: skip
+
+
+def stop_when(condition, sig: int):
+    """Once `condition` holds, `sig` to the command (its time noted: the tree must end within
+    10 s of it)."""
+
+    def act(ctx: Ctx) -> None:
+        when(condition)(ctx)
+        ctx.data["stopped_at"] = time.monotonic()
+        ctx.proc.send_signal(sig)
+
+    return act
+
+
+def T(name: str, args: tuple, act, code, line: str, **kw) -> Case:
+    kw.setdefault("check", run_records_resumable)
+    kw.setdefault("cmd", "sweep")
+    return Case(
+        name, "stops", args, act=act, code=code, line=line, inproc=False, session=True,
+        one_line=False, finishes=True, **kw,
+    )  # fmt: skip
+
+
+add(
+    T(
+        "term-the-sweep-driver-with-worker-processes",
+        (
+            "demo",
+            "--scale",
+            "smoke",
+            "--cluster",
+            "local",
+            "--out-root",
+            "{tmp}/out",
+            "algorithm=local_sgd",
+            "seed=0",
+            "epochs=40",
+        ),  # fmt: skip
+        stop_when(evaluated_anywhere, signal.SIGTERM),
+        3,
+        SWEEP_STOPPED.format("stopped by SIGTERM", "runs ran"),
+        slow=True,
+    ),
+    T(
+        "term-the-sweep-driver",
+        SIM_SWEEP,
+        stop_when(evaluated_anywhere, signal.SIGTERM),
+        3,
+        SWEEP_STOPPED.format("stopped by SIGTERM", "runs ran"),
+    ),
+    T(
+        "ctrl-c-to-the-sweep-driver",
+        SIM_SWEEP,
+        stop_when(evaluated_anywhere, signal.SIGINT),
+        130,
+        SWEEP_STOPPED.format("interrupted by Ctrl-C", "runs ran"),
+        slow=True,
+    ),
+    T(
+        "kill-the-sweep-driver",
+        SIM_SWEEP,
+        stop_when(evaluated_anywhere, signal.SIGKILL),
+        -signal.SIGKILL,
+        "",
+    ),
+    T(
+        "term-the-sweep-driver-during-its-report",
+        ("demo", "--scale", "smoke", "--no-run", "--out-root", "{tmp}/out"),
+        then(when(lambda ctx: any(ctx.out.glob("results/demo/.smoke.*.tmp"))), send(SIGTERM)),
+        3,
+        SWEEP_STOPPED.format("stopped by SIGTERM", "report was written"),
+        setup=demo_runs("out/demo/runs"),
+        check=lambda ctx, r: (
+            not (ctx.out / "results" / "demo" / "smoke").exists()
+            or (ctx.out / "results" / "demo" / "smoke" / "runs.jsonl.gz").is_file()
+            or pytest.fail("a part of a report")
+        ),
+    ),
+    T(
+        "term-make-demo-while-its-sweep-runs",
+        ("demo", "SCALE=smoke", "OUT={tmp}/out"),
+        stop_when(sweep_evaluated, signal.SIGTERM),
+        (-signal.SIGTERM, 2),
+        "",
+        cmd="make",
+        slow=True,
+    ),
+)
+
+# --- refusals that need no work, before any work --------------------------------------------
+
+
+def checks_first(target: str, *checked: str):
+    """`make -n <target> PUBLISH=1`: the sweep's --check of each preset comes before the first
+    command that works (a run, a sweep)."""
+
+    def check(ctx: Ctx, result: Result) -> None:
+        lines = [
+            line for line in result.stdout.splitlines() if "python" in line and "#" not in line[:2]
+        ]
+        first_work = next(i for i, line in enumerate(lines) if "--check" not in line)
+        checks = [line for line in lines[:first_work] if "experiments.sweep" in line]
+        for preset in checked:
+            assert any(f"--publish {preset} --check" in line for line in checks), (preset, lines)
+
+    return check
+
+
+add(
+    Case(
+        "make-demo-checks-publish-first",
+        "order",
+        ("-n", "demo", "PUBLISH=1", "SCALE=smoke", "OUT={tmp}/out"),
+        cmd="make",
+        code=0,
+        inproc=False,
+        one_line=False,
+        check=checks_first("demo", "demo"),
+    ),
+    Case(
+        "make-report-checks-every-preset-first",
+        "order",
+        ("-n", "report", "PUBLISH=1", "OUT={tmp}/out"),
+        cmd="make",
+        code=0,
+        inproc=False,
+        one_line=False,
+        check=checks_first(
+            "report", "controls", "table1", "table2", "fig4", "fig5", "losp", "pseudo_sync"
+        ),
+    ),
+    Case(
+        "make-figures-checks-both-first",
+        "order",
+        ("-n", "figures", "PUBLISH=1", "OUT={tmp}/out"),
+        cmd="make",
+        code=0,
+        inproc=False,
+        one_line=False,
+        check=checks_first("figures", "fig4", "fig5"),
+    ),
+    Case(
+        "publish-check-on-a-modified-checkout",
+        "order",
+        ("demo", "--scale", "smoke", "--out-root", "{tmp}/out", "--publish", "--check"),
+        cmd="sweep",
+        patch=checkout(DIRTY),
+        line=r"^error: --publish \(PUBLISH=1\) needs a clean checkout",
+        check=nothing_at("out/demo", "out/results"),
+    ),
+    Case(
+        "publish-on-a-modified-checkout-before-any-run",
+        "order",
+        ("demo", "--scale", "smoke", "--cluster", "sim", "--out-root", "{tmp}/out", "--publish"),
+        cmd="sweep",
+        patch=checkout(DIRTY),
+        line=r"^error: --publish \(PUBLISH=1\) needs a clean checkout",
+        check=nothing_at("out/demo", "out/results"),
+    ),
+    Case(
+        "results-folder-is-a-file",
+        "order",
+        (
+            "demo",
+            "--scale",
+            "smoke",
+            "--cluster",
+            "sim",
+            "--out-root",
+            "{tmp}/out",
+            "--results",
+            "{tmp}/res",
+        ),  # fmt: skip
+        cmd="sweep",
+        setup=lambda ctx: (
+            (ctx.tmp / "res" / "demo").mkdir(parents=True),
+            (ctx.tmp / "res" / "demo" / "smoke").write_text("x"),
+        ),
+        line=r"^error: the report's folder .*/res/demo/smoke is a file: move it away",
+        check=nothing_at("out/demo"),
+    ),
+    Case(
+        "results-folder-cannot-be-written",
+        "order",
+        (
+            "demo",
+            "--scale",
+            "smoke",
+            "--cluster",
+            "sim",
+            "--out-root",
+            "{tmp}/out",
+            "--results",
+            "/proc/none",
+        ),  # fmt: skip
+        cmd="sweep",
+        line=r"^error: the report's folder /proc/none/demo/smoke cannot be written \(/proc: ",
+        check=nothing_at("out/demo"),
+    ),
+    Case(
+        "check-alone-runs-nothing",
+        "order",
+        ("demo", "--scale", "smoke", "--out-root", "{tmp}/out", "--check"),
+        cmd="sweep",
+        code=0,
+        line=r"^check: demo at scale smoke may run \(nothing was run\)$",
+        check=nothing_at("out/demo"),
+    ),
+)
+
+# --- the torch-free checks of every kind of key (tests/test_torch_free.py times them) --------
+
+add(
+    V("sim-bad-algorithm-knob", "cluster=sim algorithm=easgd algorithm.alpha=2", r"alpha must"),
+    V("sim-bad-network", "cluster=sim network.latency_s=-1", r"network.latency_s must be >= 0"),
+    V("sim-bad-dataset", "cluster=sim dataset.num_train=0", r"dataset.num_train must be an"),
+    V("sim-bad-device", "cluster=sim cluster.device=tpu", r"cluster.device must be auto, cpu"),
+    V("local-bad-device", "cluster.device=tpu", r"^error: cluster.device must be one of auto"),
+    V("workers-per-gpu-0", "cluster.workers_per_gpu=0", r"cluster.workers_per_gpu must be an"),
+    V("slurm-timeout-0", "cluster=slurm cluster.timeout_min=0", r"cluster.timeout_min must be"),
+    V("slurm-gpus-neg", "cluster=slurm cluster.gpus_per_node=-1", r"cluster.gpus_per_node must"),
+    V("scale-table-workers-0", "scale.table_workers=0", r"scale.table_workers must be an"),
+    V("scale-noniid-2", "scale.noniid_fraction=2", r"scale.noniid_fraction must be in"),
+    V("bucket-neg", "algorithm.bucket_mb=-1", r"^error: algorithm.bucket_mb must be a number >="),
+    V("slowdown-of-words", "timing=virtual compute.slowdown=[a,b]", r"compute.slowdown must be"),
+    V("cifar-loader-workers-neg", "dataset=cifar10 dataset.num_workers=-1", r"num_workers must"),
+    V("partition-seed-neg", "partition.seed=-1", r"^error: partition.seed must be an integer"),
+    V("width-0-under-slurm", "cluster=slurm model.width=0", r"model.width must be an integer"),
+    V(
+        "fashion-mnist-missing-under-sim",
+        "cluster=sim dataset=fashion_mnist dataset.root={tmp}/nowhere dataset.source={tmp}/none",
+        r"^error: Fashion-MNIST not found in .*/nowhere/FashionMNIST/raw",
+    ),
+    Case(
+        "full-under-sim",
+        "output",
+        ("cluster=sim", "out_root={tmp}/mnt"),
+        setup=small_tmpfs("1m"),
+        line=r"^error: output directory .*/mnt/runs is full: \S+ MB free, a run needs at least",
+        out_root=False,
+    ),
+)
+
+# --- records read at face value: an empty metrics file, a run outside out_root ----------------
+
+
+def outside_noted(ctx: Ctx, result: Result) -> None:
+    said = [line for line in result.stderr.splitlines() if line.startswith("warning:")]
+    assert len(said) == 1 and re.match(
+        r"warning: hydra.run.dir puts this run in .*/elsewhere/r, outside .*/out/runs ", said[0]
+    ), result.stderr
+    summary = json.loads((ctx.tmp / "elsewhere" / "r" / "summary.json").read_text())
+    assert summary["status"] == "completed"
+
+
+add(
+    Case(
+        "zero-byte-metrics-is-not-a-complete-run",
+        "records",
+        ("{tmp}/runs", "--check"),
+        cmd="status",
+        setup=demo_runs(metrics=""),
+        code=1,
+        one_line=False,
+        check=lambda ctx, r: (
+            "completed, but its metrics.jsonl is empty" in r.stdout or pytest.fail(r.stdout)
+        ),
+    ),
+    Case(
+        "zero-byte-metrics-left-out-of-a-report",
+        "records",
+        ("{tmp}/runs", "{tmp}/more", "--out", "{tmp}/rep"),
+        cmd="report",
+        setup=plants(demo_runs(), demo_runs("more", metrics="")),
+        code=0,
+        one_line=False,
+        check=lambda ctx, r: (
+            re.search(
+                r"^warning: .*/more/.*: completed, but its metrics.jsonl is empty: run "
+                r"skipped$",
+                r.stderr,
+                re.M,
+            )  # fmt: skip
+            or pytest.fail(r.stderr)
+        ),
+    ),
+    Case(
+        "run-dir-outside-out-root-is-said",
+        "records",
+        ("hydra.run.dir={tmp}/elsewhere/r", "epochs=1"),
+        code=0,
+        inproc=False,
+        one_line=False,
+        status="any",
+        check=outside_noted,
+    ),
+)
+
+
 # --- the test ---------------------------------------------------------------------------------
 
 
@@ -1512,3 +2469,157 @@ def test_the_catalogue_covers_every_class_with_150_cases() -> None:
     assert sum(counts.values()) >= 150, counts
     for cls in ("launcher", "output", "disk", "damaged", "values", "signals", "races"):
         assert counts[cls] >= 2, counts
+    # issue 36's classes, each with several variants
+    for cls in ("provenance", "flags", "keys", "reports", "stops", "order", "records"):
+        assert counts[cls] >= 3, counts
+
+
+# --- every flag of every command: it acts, or is refused where it cannot (issue 36) -----------
+
+ACTS = "acts"
+#: each command's flags (argparse's, by their first long name; positionals by their dest): ACTS,
+#: or the catalogue case that shows it refused where it cannot act
+FLAG_ROLES: dict[str, dict[str, str]] = {
+    "analysis.report": {
+        "--help": ACTS,
+        "roots": ACTS,
+        "--out": ACTS,
+        "--name": ACTS,
+        "--experiment": ACTS,
+        "--scale": "flags:report-scale-without-experiment",
+        "--set": "flags:report-set-without-experiment",
+        "--out-root": "flags:report-out-root-without-experiment",
+        "--require-clean": "provenance:report-refuses-a-run-resumed-on-a-clean-tree",
+        "--conf": "flags:report-conf-without-experiment",
+    },
+    "analysis.status": {
+        "--help": ACTS,
+        "root": ACTS,
+        "--experiment": ACTS,
+        "--scale": "flags:status-scale-without-experiment",
+        "--stale-after": "flags:status-stale-after-0",
+        "--check": ACTS,
+    },
+    "analysis.recompute": {
+        "--help": ACTS,
+        "dirs": ACTS,
+        "--results": "flags:recompute-results-with-dirs",
+        "--out": ACTS,
+        "--update": ACTS,
+    },
+    "analysis.verify": {
+        "--help": ACTS,
+        "dirs": ACTS,
+        "--results": "flags:verify-results-with-dirs",
+        "--points": "flags:verify-points-with-run",
+        "--run": ACTS,
+        "--out": ACTS,
+    },
+    "analysis.tune_preset": {
+        "--help": ACTS,
+        "preset": ACTS,
+        "--scale": ACTS,
+        "--cluster": "flags:tune-preset-cluster-without-a-run",
+        "--out-root": ACTS,
+        "--out": ACTS,
+        "--no-run": ACTS,
+        "overrides": "flags:tune-preset-overrides-without-a-run",
+    },
+    "experiments.sweep": {
+        "--help": ACTS,
+        "experiment": ACTS,
+        "--scale": ACTS,
+        "--cluster": ACTS,  # with --no-run too: the report composes the grid with it
+        "--out-root": ACTS,
+        "--results": "driver:publish-and-results",
+        "--publish": "provenance:publish-refuses-runs-of-a-dirty-segment-before-running",
+        "--no-run": ACTS,
+        "--check": "order:check-alone-runs-nothing",
+        "overrides": ACTS,  # with --no-run too: the report's --set
+    },
+    "analysis.verdict_page": {"--help": ACTS, "--results": ACTS, "--out": ACTS},
+    # listed only (another change owns analysis.tune): each of its flags acts
+    "analysis.tune": {
+        "--help": ACTS,
+        "roots": ACTS,
+        "--scale": ACTS,
+        "--out": ACTS,
+        "--command": ACTS,
+    },
+    "run.py": {
+        "--help": ACTS,
+        "--hydra-help": ACTS,
+        "--version": ACTS,
+        "overrides": ACTS,
+        "--cfg": ACTS,
+        "--resolve": "flags:run-resolve-without-cfg",
+        "--package": "flags:run-package-without-cfg",
+        "--run": ACTS,
+        "--multirun": ACTS,
+        "--shell-completion": ACTS,
+        "--config-path": ACTS,
+        "--config-name": ACTS,
+        "--config-dir": ACTS,
+        "--experimental-rerun": ACTS,
+        "--info": ACTS,
+    },
+}
+
+
+class _Captured(Exception):
+    def __init__(self, parser):
+        super().__init__("captured")
+        self.parser = parser
+
+
+def command_parser(name: str, monkeypatch):
+    """The argparse parser of command `name`, as its main() builds it (stopped at parsing)."""
+    import argparse
+    import importlib
+
+    if name == "run.py":
+        from hydra._internal.utils import get_args_parser
+
+        return get_args_parser()
+
+    def capture(self, *args, **kwargs):
+        raise _Captured(self)
+
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_args", capture)
+    monkeypatch.setattr(argparse.ArgumentParser, "parse_intermixed_args", capture)
+    try:
+        importlib.import_module(name).main([])
+    except _Captured as captured:
+        return captured.parser
+    finally:
+        monkeypatch.undo()
+    raise AssertionError(f"{name}: main() parsed no arguments")
+
+
+def flag_names(parser) -> list[str]:
+    """Each action's first long option (`--out`), else its first option, else its dest."""
+    names = []
+    for action in parser._actions:
+        options = [o for o in action.option_strings if o.startswith("--")] or action.option_strings
+        names.append(options[0] if options else action.dest)
+    return names
+
+
+@pytest.mark.parametrize("name", sorted(FLAG_ROLES))
+def test_every_flag_of_every_command_acts_or_is_refused_where_it_cannot(name, monkeypatch):
+    """Each command's flags are all in FLAG_ROLES (a new flag gets its line), and each one that
+    acts only with another names the catalogue case that refuses it without."""
+    flags = flag_names(command_parser(name, monkeypatch))
+    assert sorted(flags) == sorted(FLAG_ROLES[name]), f"{name}: declare each flag's role"
+    ids = {c.id for c in CASES}
+    for flag, role in FLAG_ROLES[name].items():
+        assert role == ACTS or role in ids, f"{name} {flag}: no case {role}"
+
+
+def test_every_key_that_acts_only_with_another_is_refused_without_it():
+    """Each entry of the pre-flight's DEPENDENT_KEYS has a `keys` case of the catalogue."""
+    from experiments.preflight import DEPENDENT_KEYS
+
+    shown = " ".join(" ".join(c.args) for c in CASES if c.cls == "keys")
+    for key, _, _ in DEPENDENT_KEYS:
+        assert re.search(rf"(^| ){re.escape(key)}[.=]", shown), f"no keys case sets {key}"

@@ -238,3 +238,29 @@ def test_an_lr_beyond_the_dtype_is_infinity():
     assert lr_at(0, 10, **kw) == 1e300 * 64 / 128
     assert lr_at(0, 10, **kw, limit=torch.finfo(torch.float32).max) == float("inf")
     assert lr_at(0, 10, **{**kw, "lr": 0.1}, limit=torch.finfo(torch.float32).max) == 0.05
+
+
+def test_a_resumed_run_names_each_commit_its_steps_ran_on():
+    """Issue 36: a run checkpointed on a modified tree and resumed on a clean one named the
+    clean commit alone. Its `git_commits` now name each segment of its steps; `git_sha` is
+    marked -dirty when any segment was; a segment whose steps the checkpoint does not hold
+    (a start after it that died before the next one) is not named."""
+    from experiments.store.records import resumed_segments, run_commits, summary_commit
+
+    a, b, c = "a" * 40 + "-dirty", "b" * 40, "c" * 40
+    assert resumed_segments(None, {}, b) == [{"git_sha": b, "from_step": 0}]
+    # the checkpoint names the commits of its steps
+    meta = {"step": 24, "git_commits": [{"git_sha": a, "from_step": 0}]}
+    both = resumed_segments(meta, {"git_sha": c}, b)
+    assert both == [{"git_sha": a, "from_step": 0}, {"git_sha": b, "from_step": 24}]
+    assert summary_commit(both) == b + "-dirty" and run_commits({"git_commits": both}) == [a, b]
+    # a checkpoint from before the commits were recorded: the summary's segments before its step
+    previous = {
+        "git_sha": c,
+        "git_commits": [{"git_sha": a, "from_step": 0}, {"git_sha": c, "from_step": 24}],
+    }
+    assert resumed_segments({"step": 24}, previous, b) == both
+    # ... or the summary's commit
+    old = resumed_segments({"step": 8}, {"git_sha": a}, b)
+    assert old == [{"git_sha": a, "from_step": 0}, {"git_sha": b, "from_step": 8}]
+    assert summary_commit([{"git_sha": b, "from_step": 0}]) == b

@@ -32,7 +32,7 @@ def sbatch_overrides(nodes: int, ntasks: int) -> list[str]:
 
 
 def test_sbatch_and_the_launcher_make_the_same_run_for_the_same_point():
-    """The README's `sbatch -N 2 --ntasks-per-node=8 ... train.sbatch experiment=table1
+    """docs/cluster.md's `sbatch -N 2 --ntasks-per-node=8 ... train.sbatch experiment=table1
     scale=paper ...` and `python run.py -m ... cluster=slurm cluster.nodes=2
     cluster.gpus_per_node=8` with the same point: one identity, one run directory."""
     added = sbatch_overrides(nodes=2, ntasks=16)
@@ -57,7 +57,12 @@ def test_a_different_task_count_is_a_different_run_and_refused_before_training()
 def test_every_slurm_example_in_the_docs_runs_the_papers_setting():
     """Every `sbatch ... train.sbatch` and `run.py ... cluster=slurm` command of the docs says
     scale=paper; the sbatch ones start as many tasks as the paper's 16 workers."""
-    docs = [REPO / "README.md", REPO / "slurm" / "README.md", REPO / "slurm" / "train.sbatch"]
+    docs = [
+        REPO / "README.md",
+        *sorted((REPO / "docs").glob("*.md")),
+        REPO / "slurm" / "README.md",
+        REPO / "slurm" / "train.sbatch",
+    ]
     found = 0
     for path in docs:
         for line in path.read_text().splitlines():

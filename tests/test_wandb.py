@@ -75,7 +75,12 @@ def test_a_completed_run_is_ready_for_a_comparison_report(tmp_path):
     assert summary["final/test_acc"] == record["final/test_acc"]
     assert summary["best/test_acc"] == record["best/test_acc"]
     assert "diverged_at_step" in summary
+    # what a comparison report's table and panels read (analysis/wandb_report.py)
+    assert isinstance(summary["converged"], bool) and summary["comm/bytes"] > 0
+    assert summary["target_acc"] == 0.5 and "time_to_target_s" in summary  # scale=smoke's
     (run,) = records["run"]
+    config = {item.key: json.loads(item.value_json) for item in run.config.update}
+    assert config["git_sha"] == record["git_sha"]  # the commit a report's run set filters on
     assert run.display_name == "powersgd-rank2-seed0"  # the knob that differs names the series
     tags = set(run.tags)
     assert {"algorithm=powersgd", "algorithm.rank=2", "network=ideal", "partition=iid"} <= tags

@@ -18,6 +18,7 @@ from torchvision import datasets, transforms
 from torchvision.datasets.utils import check_integrity, download_and_extract_archive
 
 from experiments.data.datasets import CropFlip, DataBundle, one_line
+from experiments.data.params import cifar10_not_found, cifar10_root
 from experiments.errors import UserError
 
 CIFAR10_MEAN = (0.4914, 0.4822, 0.4465)
@@ -55,18 +56,11 @@ def _missing_cifar10_files(folder: str) -> list[str]:
     return [f for f in _cifar10_checksums() if not os.path.isfile(os.path.join(folder, f))]
 
 
-def _cifar10_root(cfg: Mapping) -> str:
-    root = cfg.get("root") or os.environ.get("CIFAR10_ROOT") or "./data"
-    return os.path.abspath(os.path.expanduser(str(root)))
+_cifar10_root = cifar10_root
 
 
 def _not_found(root: str, folder: str, missing: list[str], reason: str) -> UserError:
-    what = "" if len(missing) == len(_cifar10_checksums()) else f" (missing {', '.join(missing)})"
-    return UserError(
-        f"CIFAR-10 not found in {folder}{what} ({reason}): get cifar-10-python.tar.gz from"
-        f" {CIFAR10_HOME} and extract it under {root}, or point dataset.root / CIFAR10_ROOT at"
-        " the folder that holds cifar-10-batches-py"
-    )
+    return cifar10_not_found(root, folder, missing, reason)  # (the pre-flight's line too)
 
 
 def _check_cifar10(root: str, verify_checksums: bool, download_reason: str) -> None:

@@ -31,12 +31,18 @@ import itertools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import NoReturn
 
 import numpy as np
 import torch
 from torch.utils.data import Dataset, RandomSampler
 
+from experiments.data.params import (  # torch-free: what the pre-flight checks
+    _int,  # noqa: F401 - fashion_mnist.py's
+    digits_params,
+)
+from experiments.data.params import synthetic_params as _synthetic_params
+from experiments.data.params import unknown_dataset as _unknown
+from experiments.data.params import validation_fraction as _validation_fraction
 from experiments.errors import UserError
 
 
@@ -122,13 +128,6 @@ def load_dataset(cfg: Mapping) -> DataBundle:
 VALIDATION_SEED = 0  # the validation split's seed: one split for every method, seed and run
 
 
-def _validation_fraction(cfg: Mapping) -> float:
-    fraction = _float(cfg, "validation_fraction", 0.0)
-    if not 0 <= fraction < 1:
-        raise UserError(f"dataset.validation_fraction must be in [0, 1), got {fraction:g}")
-    return fraction
-
-
 def hold_out_validation(bundle: DataBundle, fraction: float) -> DataBundle:
     """`bundle` with a stratified share `fraction` of its training split held out as its
     evaluation set (`test`), the rest as `train`: the split experiment=tune chooses learning
@@ -160,30 +159,10 @@ def hold_out_validation(bundle: DataBundle, fraction: float) -> DataBundle:
     )
 
 
-def _unknown(name: object) -> NoReturn:
-    raise UserError(
-        f"unknown dataset.name {name!r}: expected one of cifar10, digits, fashion_mnist, synthetic"
-    )
-
-
 def one_line(text: object, limit: int = 160) -> str:
     """Squash an exception message onto one short line: the UserError contract is one line."""
     line = re.sub(r"\s+", " ", str(text)).strip()
     return line if len(line) <= limit else line[: limit - 3] + "..."
-
-
-def _int(cfg: Mapping, key: str, default: int, minimum: int) -> int:
-    value = cfg.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise UserError(f"dataset.{key} must be an integer >= {minimum}, got {value!r}")
-    return value
-
-
-def _float(cfg: Mapping, key: str, default: float) -> float:
-    value = cfg.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UserError(f"dataset.{key} must be a number, got {value!r}")
-    return float(value)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -199,10 +178,8 @@ def _load_digits(cfg: Mapping) -> DataBundle:
     from sklearn.datasets import load_digits
     from sklearn.model_selection import train_test_split
 
-    test_fraction = _float(cfg, "test_fraction", 1 / 6)
-    split_seed = _int(cfg, "split_seed", 0, minimum=0)
-    if not 0 < test_fraction < 1:
-        raise UserError(f"dataset.test_fraction must be in (0, 1), got {test_fraction}")
+    params = digits_params(cfg)
+    test_fraction, split_seed = params["test_fraction"], params["split_seed"]
     digits = load_digits()
     x = digits.images.astype(np.float64) / 16.0
     y = digits.target.astype(np.int64)
@@ -234,21 +211,6 @@ def _load_digits(cfg: Mapping) -> DataBundle:
 
 # ---------------------------------------------------------------------------------------------
 # synthetic
-
-
-def _synthetic_params(cfg: Mapping) -> dict:
-    params = {
-        "num_train": _int(cfg, "num_train", 2048, minimum=1),
-        "num_test": _int(cfg, "num_test", 512, minimum=1),
-        "num_classes": _int(cfg, "num_classes", 10, minimum=1),
-        "channels": _int(cfg, "channels", 1, minimum=1),
-        "image_size": _int(cfg, "image_size", 8, minimum=1),
-        "noise": _float(cfg, "noise", 1.0),
-        "seed": _int(cfg, "seed", 0, minimum=0),
-    }
-    if params["noise"] < 0:
-        raise UserError(f"dataset.noise must be >= 0, got {params['noise']}")
-    return params
 
 
 def _generator(seed: int, stream: int) -> torch.Generator:

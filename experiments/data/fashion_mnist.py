@@ -32,7 +32,9 @@ from collections.abc import Mapping
 import numpy as np
 import torch
 
-from experiments.data.datasets import DataBundle, TensorImageDataset, _int, one_line
+from experiments.data import params  # the values and the files' presence, torch-free (pre-flight)
+from experiments.data.datasets import DataBundle, TensorImageDataset, one_line
+from experiments.data.params import fashion_mnist_params as _params
 from experiments.errors import OutputError, UserError
 
 FASHION_MNIST_HOME = "https://github.com/zalandoresearch/fashion-mnist"
@@ -62,22 +64,6 @@ def _source(cfg: Mapping) -> str | None:
     return os.path.abspath(os.path.expanduser(str(source))) if source else None
 
 
-def _params(cfg: Mapping) -> dict:
-    downsample = _int(cfg, "downsample", 1, minimum=1)
-    train_size = cfg.get("train_size")
-    if train_size is not None:
-        train_size = _int(cfg, "train_size", 0, minimum=NUM_CLASSES)
-    test_size = cfg.get("test_size")
-    if test_size is not None:
-        test_size = _int(cfg, "test_size", 0, minimum=NUM_CLASSES)
-    return {
-        "downsample": downsample,
-        "train_size": train_size,
-        "test_size": test_size,
-        "split_seed": _int(cfg, "split_seed", 0, minimum=0),
-    }
-
-
 # ---------------------------------------------------------------------------------------------
 # the files
 
@@ -91,15 +77,9 @@ def place(cfg: Mapping) -> str:
         gz = os.path.join(source, name + ".gz") if source else None
         if gz and os.path.isfile(gz):
             _decompress(gz, os.path.join(folder, name))
-    missing = [f for f in ALL_FILES if not os.path.isfile(os.path.join(folder, f))]
-    if missing:
-        what = "" if len(missing) == len(ALL_FILES) else f" (missing {', '.join(missing)})"
-        where = f" nor gzipped in {source}" if source else ""
-        raise UserError(
-            f"Fashion-MNIST not found in {folder}{what}{where}: apt-get install"
-            f" dataset-fashion-mnist (Debian/Ubuntu; `make data`), or place the four idx files"
-            f" from {FASHION_MNIST_HOME}, gunzipped, in {folder}"
-        )
+    error = params.fashion_mnist_missing(cfg, placing=True)
+    if error is not None:
+        raise error
     return folder
 
 

@@ -27,6 +27,7 @@ from collections.abc import Mapping
 
 import numpy as np
 
+from experiments.data import params  # the values, torch-free (the pre-flight's)
 from experiments.errors import UserError
 
 REFERENCE_SEED = 1234
@@ -45,9 +46,7 @@ def _labels(labels: np.ndarray) -> np.ndarray:
 
 def _check_workers(n: int, num_workers: int) -> int:
     """Return q, the samples per worker, after checking that every worker gets at least one."""
-    if num_workers < 1 or num_workers > n:
-        raise UserError(f"cannot split {n} training samples over {num_workers} workers")
-    return n // num_workers
+    return params.check_workers(n, num_workers)
 
 
 def iid(labels: np.ndarray, num_workers: int, seed: int) -> list[np.ndarray]:
@@ -101,8 +100,7 @@ def noniid(
     labels = _labels(labels)
     n = len(labels)
     q = _check_workers(n, num_workers)
-    if not 0 < dominant_fraction <= 1:
-        raise UserError(f"noniid dominant_fraction must be in (0, 1], got {dominant_fraction}")
+    params.check_dominant_fraction(dominant_fraction)
     d = round(q * dominant_fraction)
     classes = np.unique(labels)
     walk = [int(classes[i]) for i in _dominant_classes(len(classes), num_workers)]
@@ -148,8 +146,7 @@ def dirichlet(
     labels = _labels(labels)
     n = len(labels)
     q = _check_workers(n, num_workers)
-    if not concentration > 0 or not np.isfinite(concentration):
-        raise UserError(f"dirichlet concentration must be a finite number > 0, got {concentration}")
+    params.check_concentration(concentration)
     rng = np.random.default_rng(seed)
     classes = np.unique(labels)
     pools = [rng.permutation(np.flatnonzero(labels == c)) for c in classes]
@@ -179,11 +176,7 @@ def dirichlet(
     return shards
 
 
-def _number(cfg: Mapping, key: str, default: float) -> float:
-    value = cfg.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UserError(f"partition.{key} must be a number, got {value!r}")
-    return float(value)
+_number = params.number  # a knob: a number, else a one-line UserError
 
 
 def make_partition(
@@ -194,9 +187,7 @@ def make_partition(
     labels = _labels(labels)
     _check_workers(len(labels), num_workers)
     if seed is None:
-        seed = cfg.get("seed", REFERENCE_SEED)
-        if isinstance(seed, bool) or not isinstance(seed, int) or seed < 0:
-            raise UserError(f"partition.seed must be an integer >= 0, got {seed!r}")
+        seed = params.partition_seed(cfg)
     name = cfg.get("name")
     if name == "iid":
         return iid(labels, num_workers, seed)

@@ -268,9 +268,11 @@ def save(
     reason: str,
     cfg: dict[str, Any],
     group: Group | None,
+    commits: list[dict[str, Any]] | None = None,
 ) -> Path:
     """Write this worker's `state` for `step`; collective over the control `group`. Returns the
-    step directory once every worker's file is on disk and `latest.json` points to it."""
+    step directory once every worker's file is on disk and `latest.json` points to it, with
+    `commits` (rank 0's: the run's `git_commits`, the commits its steps so far ran on)."""
     root = Path(run_dir) / DIR
     name = f"step-{step:09d}"
     step_dir = root / name
@@ -299,6 +301,7 @@ def save(
                 "saved_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
                 "torch_version": torch.__version__,
                 "config": trajectory_config(cfg),
+                **({"git_commits": commits} if commits else {}),
             },
         )
         for old in root.glob("step-*"):  # only the latest is kept

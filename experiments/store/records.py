@@ -370,6 +370,63 @@ def git_sha() -> str:
     return git_commit(Path(__file__).resolve().parent)
 
 
+# A run's provenance across resumes: summary.json's `git_commits` lists each segment of its steps,
+# `{"git_sha": <commit, -dirty where tracked files were modified>, "from_step": <first step>}`,
+# one per start (the first from step 0, each resume from its checkpoint's step: the steps a
+# checkpoint holds ran on the segments before it, which latest.json's own `git_commits` names).
+# `git_sha` is the last start's commit, marked `-dirty` when any segment was.
+
+
+def commit_segments(segments: Any) -> list[dict[str, Any]]:
+    """The well-formed entries of a `git_commits` list (anything else: none)."""
+    if not isinstance(segments, list):
+        return []
+    return [
+        {"git_sha": s["git_sha"], "from_step": s["from_step"]}
+        for s in segments
+        if isinstance(s, dict)
+        and isinstance(s.get("git_sha"), str)
+        and isinstance(s.get("from_step"), int)
+        and not isinstance(s.get("from_step"), bool)
+    ]
+
+
+def resumed_segments(
+    checkpoint: dict[str, Any] | None, previous: dict[str, Any], sha: str
+) -> list[dict[str, Any]]:
+    """The `git_commits` of a run starting now on commit `sha`: from step 0, or, resumed from
+    `checkpoint` (its latest.json), the segments that computed the checkpoint's steps (its own
+    list; for a checkpoint written before they were recorded, the `previous` summary's segments
+    before its step, else that summary's `git_sha`), then this one."""
+    if checkpoint is None:
+        return [{"git_sha": sha, "from_step": 0}]
+    step = checkpoint["step"]
+    kept = commit_segments(checkpoint.get("git_commits"))
+    if not kept:
+        before = commit_segments(previous.get("git_commits"))
+        kept = [s for s in before if s["from_step"] < step] or before[:1]
+    if not kept:
+        kept = [{"git_sha": str(previous.get("git_sha") or "unknown"), "from_step": 0}]
+    return [*kept, {"git_sha": sha, "from_step": step}]
+
+
+def summary_commit(segments: list[dict[str, Any]]) -> str:
+    """`git_sha` of a run made of `segments`: the last one's commit, `-dirty` when any was."""
+    sha = segments[-1]["git_sha"]
+    if any(s["git_sha"].endswith("-dirty") for s in segments) and not sha.endswith("-dirty"):
+        sha += "-dirty"
+    return sha
+
+
+def run_commits(summary: dict[str, Any]) -> list[str]:
+    """Every commit a run's steps ran on, each once: its `git_commits`, or for a record made
+    before they were recorded its `git_sha`."""
+    shas = [s["git_sha"] for s in commit_segments(summary.get("git_commits"))]
+    if not shas and isinstance(summary.get("git_sha"), str):
+        shas.append(summary["git_sha"])
+    return list(dict.fromkeys(shas))
+
+
 HOLDER_WAIT_S = 2.0  # RunLock: how long a refused command waits for the holder's line
 
 

@@ -119,6 +119,13 @@ def slowdown_factors(
 ) -> list[float]:
     """Per-worker compute slowdown factors (1 = the reference speed)."""
     if not isinstance(pattern, str):
+        if not isinstance(pattern, list | tuple) or any(
+            isinstance(f, bool) or not isinstance(f, int | float) for f in pattern
+        ):
+            raise ValueError(
+                f"compute.slowdown must be one of {', '.join(SLOWDOWN_PATTERNS)} or a list of "
+                f"numbers, got {pattern!r}"
+            )
         factors = [float(f) for f in pattern]
         if len(factors) != m:
             raise ValueError(f"compute.slowdown lists {len(factors)} factors for {m} workers")

@@ -17,7 +17,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from experiments.errors import UserError
+from experiments.data.params import check_model
 
 
 class BasicBlock(nn.Module):
@@ -102,17 +102,9 @@ class TinyCNN(nn.Module):
         return self.linear(torch.flatten(self.features(x), 1))
 
 
-_DEFAULT_WIDTH = {"resnet18": 64, "tiny_cnn": 8}
-
-
 def build_model(cfg: Mapping, in_channels: int, num_classes: int) -> nn.Module:
     """Build the network named by the Hydra `model` node (`name`, `width`) for a dataset's shape."""
-    name = cfg.get("name")
-    if name not in _DEFAULT_WIDTH:
-        raise UserError(f"unknown model.name {name!r}: expected one of {sorted(_DEFAULT_WIDTH)}")
-    width = cfg.get("width", _DEFAULT_WIDTH[name])
-    if isinstance(width, bool) or not isinstance(width, int) or width < 1:
-        raise UserError(f"model.width must be an integer >= 1, got {width!r}")
+    name, width = cfg.get("name"), check_model(cfg)  # torch-free (the pre-flight's)
     if name == "resnet18":
         return ResNet18(num_classes=num_classes, in_channels=in_channels, width=width)
     return TinyCNN(in_channels, num_classes, width=width)
