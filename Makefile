@@ -75,7 +75,7 @@ install: $(STAMP) ## Create .venv and install the suite with its dev tools (done
 # share one started cluster, stay in one; tests/conftest.py). TEST_JOBS=0: one process, as before.
 # Three on 2 cores: many tests wait (on a timeout, a hung worker's grace, SLURM's scheduler) and a
 # third process computes meanwhile; measured back to back on this project's 2 cores, 623 s with 3
-# against 686 s with 2 and 671 s with 4 (README, Tests). The quick tests only compute: 2 there
+# against 686 s with 2 and 671 s with 4 (docs/tests.md). The quick tests only compute: 2 there
 # (3 were no faster).
 TEST_JOBS ?= 3
 QUICK_JOBS ?= 2

@@ -3,7 +3,7 @@
 Why a module of our own rather than calling `torch.distributed` directly: each sync must be one
 collective on one flat buffer (not one per tensor; preallocated and reused, not a model-sized
 allocation per sync), overlap must use `async_op=True` handles (no
-threads, style.md anti-pattern 4), and every collective must be accounted for, because the
+threads), and every collective must be accounted for, because the
 papers' claims are about bytes sent and communication time exposed to the worker (timing.md,
 "The ledger"). torch.distributed offers the primitives but keeps no such ledger.
 

@@ -29,7 +29,8 @@ from experiments.errors import UserError
 
 CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
 
-# The config groups of contract.md; an override `<group>=<option>` is recorded as `<group>.name`.
+# The config groups (docs/configuration.md); an override `<group>=<option>` is recorded as
+# `<group>.name`.
 GROUPS = frozenset(
     {"algorithm", "dataset", "model", "partition", "network", "cluster", "scale", "experiment"}
 )

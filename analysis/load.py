@@ -1,6 +1,6 @@
 """Run directories -> one tidy DataFrame.
 
-A run is any directory holding `summary.json` (contract.md, "A run's directory"); nothing here
+A run is any directory holding `summary.json` (docs/records.md, "Run records"); nothing here
 parses directory names. Each run contributes its resolved config flattened to dotted columns
 (`algorithm.name`, `tau`, `dataset.name`, ...), its summary prefixed `summary.` (`summary.status`,
 `summary.final/test_acc`, ...) and, in `load_runs`, one row per line of `metrics.jsonl` with the
@@ -34,8 +34,8 @@ import yaml
 from experiments.errors import UserError
 from experiments.store import records as run_records
 
-# The algorithm names of contract.md, in the order tables and legends list them (baseline first;
-# the outer-optimizer variants of Local SGD, then Streaming DiLoCo, right after Local SGD).
+# The algorithm names (README, Algorithms), in the order tables and legends list them (baseline
+# first; the outer-optimizer variants of Local SGD, then Streaming DiLoCo, right after Local SGD).
 ALGORITHMS = (
     "sync_sgd",
     "local_sgd",

@@ -20,7 +20,7 @@ import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
-from analysis.load import ALGORITHMS  # contract.md order, baseline first
+from analysis.load import ALGORITHMS  # the README's order, baseline first
 from benchmarks import harness as h
 
 # The Overlap-Local-SGD paper (algorithms.md section 10): communication-to-computation ratio.

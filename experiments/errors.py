@@ -1,4 +1,4 @@
-"""The suite's exceptions, and the exit code each one ends run.py with (README.md, "Failures,
+"""The suite's exceptions, and the exit code each one ends run.py with (docs/records.md, "Failures,
 exit codes, determinism").
 
 A `OneLine` error is printed as a single `error: ...` line, never with a traceback: its message

@@ -3,7 +3,8 @@
 `check(config)` takes a composed config (with its `hydra` node) and checks, in order: keys that no
 schema declares (Hydra lets `+key=value` add them), interpolations (`tau=${oops}`), then
 `check_values`: every value (`validate`, the dataset's, partition's and model's included:
-experiments/data/params.py), the fault-injection variable, W&B credentials for `wandb.mode=online`,
+experiments/data/params.py), the fault-injection variable, for `wandb.mode=online` W&B's key and
+the server's answer to it (WANDB_CHECK_TIMEOUT_S),
 and what a launcher (torchrun, srun) decided against what the config says (world size, nodes,
 workers per node); then a key the command line names where it cannot act (`check_inert_keys`,
 DEPENDENT_KEYS: `compute.factor` without slow workers, the network on the real clock, ...), the

@@ -135,6 +135,7 @@ MODULES = {
     "recompute": "analysis.recompute",
     "verify": "analysis.verify",
     "tune_preset": "analysis.tune_preset",
+    "wandb_report": "analysis.wandb_report",
 }
 
 

@@ -1852,6 +1852,14 @@ add(
         INERT.format("--points", "with --run", "verify"),
     ),
     F(
+        "wandb-report-set-without-experiment",
+        "wandb_report",
+        "{tmp}/runs --out {tmp}/rep --set cluster=sim",
+        INERT.format("--set", "without --experiment NAME", "wandb_report"),
+        setup=demo_runs(),
+        check=nothing_at("rep"),
+    ),
+    F(
         "tune-preset-cluster-without-a-run",
         "tune_preset",
         "losp --no-run --cluster local",
@@ -2514,6 +2522,18 @@ FLAG_ROLES: dict[str, dict[str, str]] = {
         "--points": "flags:verify-points-with-run",
         "--run": ACTS,
         "--out": ACTS,
+    },
+    "analysis.wandb_report": {
+        "--help": ACTS,
+        "roots": ACTS,
+        "--out": ACTS,
+        "--experiment": ACTS,
+        "--scale": ACTS,  # filters the runs by scale.name on its own
+        "--set": "flags:wandb-report-set-without-experiment",
+        "--conf": ACTS,  # where a preset found among the runs is composed from
+        "--mode": ACTS,
+        "--entity": ACTS,  # written into the report's spec offline too
+        "--project": ACTS,
     },
     "analysis.tune_preset": {
         "--help": ACTS,

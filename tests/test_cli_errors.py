@@ -1,5 +1,5 @@
 """Bad input: a one-line error and a non-zero exit before any worker starts, and no run
-directory marked completed (contract.md, "Exit codes").
+directory marked completed (docs/records.md, "Failures, exit codes, determinism").
 
 Each command runs run.py in this process (tests/cli.py, `run_py_here`: runpy, its exit code and
 output captured, a trap in place of the workers' start): what is checked is a message, an exit

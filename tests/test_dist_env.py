@@ -154,7 +154,7 @@ def test_srun_task_identity_and_rendezvous_from_slurm_variables(monkeypatch):
     env["SLURM_PROCID"], env["SLURM_LOCALID"], env["SLURM_NODEID"] = "0", "0", "0"
     assert d.external_worker().rank == 0
     assert int(env["MASTER_PORT"]) == port  # ... rank 0 computes the same port
-    assert "CUDA_VISIBLE_DEVICES" not in env  # left to SLURM (ecosystem.md sec. 2)
+    assert "CUDA_VISIBLE_DEVICES" not in env  # left to SLURM (it may already bind GPUs)
 
 
 def test_a_rendezvous_inherited_from_the_submitting_shell_is_replaced(monkeypatch, capsys):

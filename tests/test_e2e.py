@@ -34,7 +34,7 @@ def summary(run_dir) -> dict:
 
 def assert_clean_exit(proc) -> None:
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    # orderly shutdown: no abort at teardown (ecosystem.md), no stray traceback
+    # orderly shutdown: no abort at teardown (gloo can abort at process exit), no stray traceback
     assert "terminate called" not in proc.stderr
     assert "Traceback" not in proc.stderr
 

@@ -341,7 +341,7 @@ def test_the_analysis_skips_and_reports_unreadable_records(tmp_path):
 @pytest.mark.e2e
 @pytest.mark.slow
 def test_fifty_start_stop_cycles_without_an_abort_or_a_leak(tmp_path):
-    """ecosystem.md: gloo may abort at teardown ("terminate called without an active
+    """A known gloo behaviour: it may abort at teardown ("terminate called without an active
     exception"). 50 consecutive 2-worker runs (one sweep) must all complete cleanly."""
     before = children(os.getpid())
     proc = run_py(

@@ -2,7 +2,7 @@
 
 Two configurations with the same identity make the same run, however they were spelled on the
 command line (`python run.py` and `python run.py scale=cpu`); a different identity is a
-different run, which never reuses or overwrites another's record (contract.md, "A run's
+different run, which never reuses or overwrites another's record (docs/records.md, "A run's
 directory"). The identity is every key of the resolved configuration except the ones below,
 which change where a run is written, how it is watched or how often it is saved, never what it
 computes or what its record says:

@@ -1,6 +1,6 @@
 """The config's schema: Hydra structured configs, so that Hydra checks every key, type and enum
-while it composes the config, before any run directory exists (style.md, "The config is one
-typed tree").
+while it composes the config, before any run directory exists: the config is one typed tree
+(docs/configuration.md).
 
 The dataclasses below declare each key's type and meaning (the comment above or beside the
 field: `python -m experiments.config.config_doc` turns them into docs/config.md); the YAML files of

@@ -1,6 +1,6 @@
 """Checkpoints and the requests to stop: what makes a preempted run continue exactly.
 
-Layout in the run directory (contract.md: `checkpoint/` when checkpointing is on):
+Layout in the run directory (docs/records.md: `checkpoint/` when checkpointing is on):
 
     checkpoint/latest.json            which step directory is complete, with its files' sha256,
                                       the step, the world size and the run's trajectory config
@@ -41,7 +41,7 @@ The workers agree on one step (`Stopper`):
 The control group is a separate gloo group (with `cluster=sim`, a second in-process group:
 algorithms/group.py), so its collectives are never matched against the algorithm's (written
 by hand: torch.distributed has no preemption support; submitit's own handler checkpoints from
-rank 0 only, ecosystem.md sec. 2).
+rank 0 only, as W&B and submitit expect).
 """
 
 from __future__ import annotations
@@ -334,10 +334,10 @@ class Stop:
     requeue: bool
 
 
-# The one table of the signals a cluster or a terminal sends (README.md, "Failures, exit codes,
-# determinism"). Ctrl-C (SIGINT) checkpoints only with `checkpoint_every` > 0; without it, and
-# at a second Ctrl-C, the run stops at once (exit code 130; the last checkpoint, if any, stays
-# for a rerun). A stop signal that comes before the workers train (start-up) stops the run the
+# The one table of the signals a cluster or a terminal sends (docs/records.md, "Failures, exit
+# codes, determinism"). Ctrl-C (SIGINT) checkpoints only with `checkpoint_every` > 0; without it,
+# and at a second Ctrl-C, the run stops at once (exit code 130; the last checkpoint, if any,
+# stays for a rerun). A stop signal that comes before the workers train (start-up) stops the run the
 # same way at its first safe step; one that comes while run.py has started no worker yet ends
 # it at once, with the record saying so (nothing to save: a rerun starts it). SIGKILL cannot be
 # caught: the summary stays `running` and `analysis.status` reports the run as failed once its

@@ -202,7 +202,7 @@ class WandbSink:
         if "finish_timeout" in getattr(wandb.Settings, "model_fields", {}):
             settings.update(finish_timeout=WANDB_FINISH_TIMEOUT_S, finish_timeout_raises=True)
         run = wandb.init(
-            # the run's fixed id: a resumed run continues the same W&B run (ecosystem.md sec. 2)
+            # the run's fixed id: a resumed run continues the same W&B run (W&B's resume by id)
             id=run_id,
             resume="allow" if run_id else None,
             project=wb["project"],

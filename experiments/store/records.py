@@ -1,4 +1,4 @@
-"""A run's directory on disk: the source of truth (contract.md, "A run's directory").
+"""A run's directory on disk: the source of truth (docs/records.md, "Run records").
 
     config.yaml      the resolved config (Hydra's own copy, with interpolations, is in .hydra/)
     metrics.jsonl    one JSON object per evaluation

@@ -1,4 +1,4 @@
-"""Evaluation: the consensus model and the mean of the local models (contract.md).
+"""Evaluation: the consensus model and the mean of the local models (docs/records.md).
 
 - consensus: a copy of the algorithm's `eval_model()` whose parameters AND floating-point
   buffers (BatchNorm running mean/var) are averaged over the workers; identical on every worker,

@@ -12,7 +12,7 @@ with gloo asked for by name, or on a machine without a GPU. A placement that can
 GPUs than workers, a GPU asked for and absent) is a one-line error before any worker starts
 (experiments/preflight.py), never a silent fallback to the CPU.
 Teardown is a barrier then `destroy_process_group()`, so no rank tears down a group another rank
-is still using (ecosystem.md: aborts at teardown).
+is still using (gloo aborts at teardown otherwise).
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ def external_worker() -> Worker | None:
         # overwrite them). Under SLURM the rendezvous is the job's, so they are replaced.
         inherited = {k: env.pop(k) for k in ("MASTER_ADDR", "MASTER_PORT") if k in env}
         # Sets MASTER_ADDR (first node), MASTER_PORT, RANK, WORLD_SIZE, LOCAL_RANK; leaves
-        # CUDA_VISIBLE_DEVICES alone because SLURM may already bind GPUs (ecosystem.md, sec. 2).
+        # CUDA_VISIBLE_DEVICES alone because SLURM may already bind GPUs (SLURM's GPU binding).
         denv = submitit.helpers.TorchDistributedEnvironment().export(set_cuda_visible_devices=False)
         if inherited and denv.rank == 0:
             print(
@@ -111,8 +111,8 @@ def visible_gpus() -> int:
 
 def bound_by_srun(env: dict[str, str] | None = None) -> bool:
     """Whether this process is one task of a multi-task srun step: there one visible GPU is the
-    task's own (`--gpus-per-task`, SLURM sets CUDA_VISIBLE_DEVICES per task; ecosystem.md
-    sec. 2), not a GPU the node's workers share."""
+    task's own (`--gpus-per-task`: SLURM sets CUDA_VISIBLE_DEVICES per task), not a GPU the
+    node's workers share."""
     env = os.environ if env is None else env
     return "SLURM_PROCID" in env and int(env.get("SLURM_NTASKS", "1") or 1) > 1
 
@@ -259,7 +259,7 @@ def exit_spawned_worker() -> None:
 
     Why: with torch 2.14.1 a gloo process sometimes aborts while the interpreter shuts down
     ("terminate called without an active exception", SIGABRT) after all its work is done and
-    the group is destroyed (ecosystem.md; seen here about once in a few hundred process exits).
+    the group is destroyed (a gloo behaviour; seen here about once in a few hundred process exits).
     The parent would then report a finished run as failed. Skipping the interpreter's shutdown
     (`os._exit`) after everything is written and flushed avoids that C++ teardown.
     """
