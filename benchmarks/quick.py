@@ -300,7 +300,8 @@ def run(s: f.Settings) -> f.Section:
         def side() -> float:
             seed = seeds[emulated]
             seeds[emulated] += 1
-            (r,) = h.suite([*common, f"seed={seed}", f"emulate_network={str(emulated).lower()}"])
+            side = common if emulated else f.not_emulated(common)
+            (r,) = h.suite([*side, f"seed={seed}", f"emulate_network={str(emulated).lower()}"])
             if emulated:
                 comm_comp.append(r.summary["comm/ratio"])
             return r.step_s

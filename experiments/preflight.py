@@ -715,10 +715,11 @@ def _ask_wandb(base: str, key: str, timeout_s: float) -> str | None:
             body = response.read(1 << 20)
     except urllib.error.HTTPError as e:
         return rejected if e.code in (401, 403) else f"W&B at {base} answered HTTP {e.code}"
-    except urllib.error.URLError as e:
-        return f"cannot reach W&B at {base} ({_reason(e.reason)})"
-    except (OSError, http.client.HTTPException, ValueError) as e:  # a timeout is an OSError
-        return f"cannot reach W&B at {base} ({_reason(e)})"
+    except (OSError, http.client.HTTPException, ValueError) as e:  # URLError is an OSError
+        reason = e.reason if isinstance(e, urllib.error.URLError) else e
+        if isinstance(reason, TimeoutError):  # as the deadline says it, whichever comes first
+            return f"W&B at {base} did not answer within {timeout_s:g} s"
+        return f"cannot reach W&B at {base} ({_reason(reason)})"
     try:
         viewer = (json.loads(body).get("data") or {}).get("viewer")
     except (ValueError, AttributeError):

@@ -131,7 +131,9 @@ def test_a_server_that_does_not_answer_is_refused_within_the_timeout(
     assert proc.stderr.splitlines() == [
         f"error: wandb.mode=online: W&B at {url} did not answer within 1 s {HINT}"
     ]
-    assert took < 6
+    # bounded by the check's deadline, not wandb.init's 90 s wait; the bound is the 30 s,
+    # not the 1 s deadline plus start-up, which a loaded machine stretches (7 s seen)
+    assert took < 30
 
 
 def test_a_sweep_asks_w_and_b_once_and_refuses_every_point(tmp_path: Path) -> None:

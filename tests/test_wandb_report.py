@@ -416,7 +416,7 @@ def test_a_save_that_w_and_b_does_not_answer_is_one_line_within_its_deadline(
     assert proc.stderr.splitlines() == [
         "error: W&B did not save the report within 1 s: try again later"
     ]
-    assert took < 10
+    assert took < 30  # the deadline bounds it, not W&B's retries (minutes); load slows start-up
 
 
 def test_a_save_that_w_and_b_refuses_is_one_line(tmp_path, monkeypatch) -> None:
