@@ -58,8 +58,8 @@ def resolved_job(root: DictConfig) -> dict:
 def run_name(*, _root_: DictConfig) -> str:
     """The run directory's name, from the whole resolved config (experiments/config/identity.py),
     or the directory of the same run recorded under an earlier identity rule
-    (experiments/store/records.py, `run_dir_name`)."""
-    from experiments.store.records import run_dir_name
+    (experiments/config/identity.py, `run_dir_name`)."""
+    from experiments.config.identity import run_dir_name
 
     job = resolved_job(_root_)
     return run_dir_name(Path(out_dir(job["out_root"])) / "runs", job)

@@ -26,7 +26,7 @@ A key an algorithm does not read is left out rather than hashed, so that one run
 hashed, the same run at two values of the key would be trained twice and counted twice. A run
 recorded before a key was left out (a sync SGD run whose digest hashed its tau) is still that
 run: its identity.json, digested by today's rule, is today's digest, which is how a sweep finds
-and reuses it (experiments/store/records.py, `run_dir_name` and `finished_status`).
+and reuses it (`run_dir_name`, and experiments/store/records.py's `finished_status`).
 
 A run's directory is `<out_root>/runs/<readable>-<digest>` (`run_name`): the readable part is
 built from the config's values (the algorithm, its knobs that differ from their defaults, tau for
@@ -40,10 +40,12 @@ table, a tag in W&B): W&B's tags and the analysis read this one list.
 from __future__ import annotations
 
 import copy
+import glob
 import hashlib
 import json
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import algorithms
@@ -199,3 +201,48 @@ def _short(value: Any) -> str:
 def run_name(cfg: Mapping[str, Any]) -> str:
     """The run directory's name for the resolved config `cfg`: `<readable>-<digest>`."""
     return f"{readable_name(cfg)}-{digest(cfg)}"
+
+
+def current_digest(run_dir: Path, recorded: Any) -> str | None:
+    """Today's digest of the run in `run_dir` whose summary names the identity `recorded`, when
+    its record was made by an earlier identity rule: its identity.json, hashed as written, is
+    `recorded` (the record is whole, not edited by hand), and today's rule, which leaves out
+    more keys (tau of a tau-less method), digests that configuration anew. None when
+    identity.json is missing, unreadable or not what `recorded` was computed from."""
+    then = _json_object(Path(run_dir) / "identity.json")
+    return digest(then) if then is not None and hash_identity(then) == recorded else None
+
+
+def run_dir_name(runs: Path, cfg: Mapping[str, Any]) -> str:
+    """The name of the run directory below `runs` of the resolved config `cfg`: its `run_name`
+    (`<readable>-<digest>`), unless that directory does not exist and a sibling of the same
+    readable part holds this run recorded under an earlier identity rule (its directory and
+    summary named by the digest of then: `current_digest`). That run is this one: a sweep
+    finds it there and skips it when it finished (experiments/store/records.py,
+    `finished_status`) or resumes it, rather than train it again beside its record. The first
+    such sibling in name order, should there be several (one run recorded at two values of a
+    key since left out)."""
+    name = run_name(cfg)
+    readable, _, today = name.rpartition("-")
+    runs = Path(runs)
+    try:
+        if (runs / name).exists():
+            return name
+        siblings = sorted(runs.glob(f"{glob.escape(readable)}-{'[0-9a-f]' * DIGEST_CHARS}"))
+    except OSError:  # an unreadable runs folder: the pre-flight says what is wrong with it
+        return name
+    for sibling in siblings:
+        summary = _json_object(sibling / "summary.json")
+        if summary is not None and current_digest(sibling, summary.get("identity")) == today:
+            return sibling.name
+    return name
+
+
+def _json_object(path: Path) -> dict | None:
+    """A record file's JSON object; None when it is missing or not one (the records' validated
+    readers, experiments/store/records.py, say what is wrong where a run reads its own)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None

@@ -30,7 +30,6 @@ from __future__ import annotations
 
 import contextlib
 import errno
-import glob
 import json
 import os
 import platform
@@ -41,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.config.identity import current_digest
 from experiments.errors import OutputError, UserError
 
 SUMMARY = "summary.json"
@@ -224,7 +224,8 @@ def is_finished(run_dir: Path) -> bool:
 
 def finished_status(run_dir: Path, digest: str, rerun: bool = False) -> str | None:
     """The status of the finished run in `run_dir` when it is the run of identity `digest` (its
-    summary's, or, for a run recorded under an earlier identity rule, its `current_digest`);
+    summary's, or, for a run recorded under an earlier identity rule, the `current_digest` of
+    its identity.json);
     None when the directory holds no finished run. A finished record of another identity (a
     digest collision, or a record edited by hand) is a UserError: it is never reused nor
     overwritten. So is a damaged record (a summary that cannot be read, or run files without a
@@ -251,52 +252,6 @@ def finished_status(run_dir: Path, digest: str, rerun: bool = False) -> str | No
             f"{summary.get('identity')!r}, this one {digest!r}); move it away to run this one"
         )
     return summary["status"]
-
-
-def current_digest(run_dir: Path, recorded: Any) -> str | None:
-    """Today's digest of the finished run in `run_dir` whose summary names the identity
-    `recorded`, when its record was made by an earlier identity rule: its identity.json, hashed
-    as written, is `recorded` (the record is whole, not edited by hand), and today's rule, which
-    leaves out more keys (tau of a tau-less method), digests that configuration anew. None when
-    identity.json is missing, unreadable or not what `recorded` was computed from."""
-    from experiments.config.identity import digest, hash_identity
-
-    try:
-        then = read_json_object(Path(run_dir) / IDENTITY)
-    except (OSError, DamagedRecord):
-        return None
-    return digest(then) if hash_identity(then) == recorded else None
-
-
-def run_dir_name(runs: Path, cfg: dict[str, Any]) -> str:
-    """The name of the run directory below `runs` of the resolved config `cfg`: its `run_name`
-    (`<readable>-<digest>`), unless that directory does not exist and a sibling of the same
-    readable part holds the finished run of this identity recorded under an earlier rule (its
-    directory named by the digest of then: `current_digest`). That run is this one: a sweep
-    finds it there and skips it rather than train it again beside its record. The first such
-    sibling in name order, should there be several (one run recorded at two values of a key
-    since left out)."""
-    from experiments.config.identity import DIGEST_CHARS, run_name
-
-    name = run_name(cfg)
-    readable, _, digest = name.rpartition("-")
-    runs = Path(runs)
-    try:
-        if (runs / name).exists():
-            return name
-        siblings = sorted(runs.glob(f"{glob.escape(readable)}-{'[0-9a-f]' * DIGEST_CHARS}"))
-    except OSError:  # an unreadable runs folder: the pre-flight says what is wrong with it
-        return name
-    for sibling in siblings:
-        try:
-            summary = read_summary(sibling)
-        except DamagedRecord:
-            continue
-        if not summary or summary.get("status") not in FINISHED:
-            continue
-        if current_digest(sibling, summary.get("identity")) == digest:
-            return sibling.name
-    return name
 
 
 def _has_results(run_dir: Path) -> bool:
