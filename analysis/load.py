@@ -24,6 +24,7 @@ import os
 import sys
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Set as AbstractSet
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -31,34 +32,59 @@ from typing import Any
 import pandas as pd
 import yaml
 
+import algorithms
 from experiments.errors import UserError
 from experiments.store import records as run_records
 
-# The algorithm names (README, Algorithms), in the order tables and legends list them (baseline
-# first; the outer-optimizer variants of Local SGD, then Streaming DiLoCo, right after Local SGD).
-ALGORITHMS = (
-    "sync_sgd",
-    "local_sgd",
-    "bmuf",
-    "slowmo",
-    "diloco",
-    "streaming_diloco",
-    "powersgd",
-    "easgd",
-    "eamsgd",
-    "cocod_sgd",
-    "overlap_local_sgd",
-    "pseudo_sync",
-    "osp",
-    "losp",
-)
+
+class _Algorithms(Sequence[str]):
+    """The algorithm names in the order tables and legends list them: algorithms.TABLE's (the
+    registry, the one place an algorithm is added), read when used, so that a name registered
+    after this module was imported (a plugin's, a test's) is in it too."""
+
+    def __getitem__(self, index):  # noqa: ANN001 - an int or a slice, as a tuple takes
+        return tuple(algorithms.TABLE)[index]
+
+    def __len__(self) -> int:
+        return len(algorithms.TABLE)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(tuple(algorithms.TABLE))
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in algorithms.TABLE
+
+    def index(self, name: Any, start: int = 0, stop: int | None = None) -> int:
+        return tuple(algorithms.TABLE).index(name, start, len(self) if stop is None else stop)
+
+    def __repr__(self) -> str:
+        return repr(tuple(algorithms.TABLE))
+
+
+class _TauLess(AbstractSet[str]):
+    """The methods that communicate every step, so the top-level `tau` (local updates per round)
+    has no effect on them: their runs form one table row and one curve whatever `tau` the config
+    holds. The registry's methods that do not read tau (`algorithms.reads_tau`), read when used
+    (as `_Algorithms`)."""
+
+    def __contains__(self, name: object) -> bool:
+        return isinstance(name, str) and name in algorithms.TABLE and not algorithms.reads_tau(name)
+
+    def __iter__(self) -> Iterator[str]:
+        return iter([name for name in algorithms.TABLE if not algorithms.reads_tau(name)])
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+    def __repr__(self) -> str:
+        return repr(set(self))
+
+
+ALGORITHMS: Sequence[str] = _Algorithms()
+TAU_LESS: AbstractSet[str] = _TauLess()
 
 # The network presets of conf/network/, fastest first: the order of table rows and panels.
 NETWORKS = ("ideal", "ethernet40g", "ethernet10g", "ethernet1g", "wan")
-
-# Methods that communicate every step, so the top-level `tau` (local updates per round) has no
-# effect on them: their runs form one table row and one curve whatever `tau` the config holds.
-TAU_LESS = {"sync_sgd", "powersgd", "pseudo_sync"}
 
 # The metric names the contract fixes. A config key with one of these names (`lr`: base LR in the
 # config, current LR in the metrics) is renamed `config.<key>` so both frames mean the same thing

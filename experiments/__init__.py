@@ -4,6 +4,7 @@ that composes the config (run.py, the analysis, the tests) composes and resolves
 way."""
 
 import os
+from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -55,10 +56,13 @@ def resolved_job(root: DictConfig) -> dict:
 
 
 def run_name(*, _root_: DictConfig) -> str:
-    """The run directory's name, from the whole resolved config (experiments/config/identity.py)."""
-    from experiments.config.identity import run_name as name
+    """The run directory's name, from the whole resolved config (experiments/config/identity.py),
+    or the directory of the same run recorded under an earlier identity rule
+    (experiments/config/identity.py, `run_dir_name`)."""
+    from experiments.config.identity import run_dir_name
 
-    return name(resolved_job(_root_))
+    job = resolved_job(_root_)
+    return run_dir_name(Path(out_dir(job["out_root"])) / "runs", job)
 
 
 def ceil_div(a, b) -> int:

@@ -72,3 +72,14 @@ def test_is_identity_key():
     assert is_identity_key("algorithm.rank") and is_identity_key("seed")
     assert not is_identity_key("wandb.mode") and not is_identity_key("cluster.nodes")
     assert not is_identity_key("out_root")
+
+
+def test_tau_is_left_out_for_an_algorithm_that_does_not_read_it():
+    sync = with_(algorithm={"name": "sync_sgd", "bucket_mb": 25.0})
+    assert digest({**sync, "tau": 2}) == digest({**sync, "tau": 4})  # one run, one digest
+    assert "tau" not in identity_config({**sync, "tau": 2})
+    local = with_()
+    assert digest({**local, "tau": 2}) != digest({**local, "tau": 4})
+    # a name the registry does not know keeps tau: nothing of its runs is merged
+    other = with_(algorithm={"name": "not_registered"})
+    assert digest({**other, "tau": 2}) != digest({**other, "tau": 4})

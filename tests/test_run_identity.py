@@ -310,3 +310,37 @@ def test_without_flock_the_lock_falls_back_to_a_soft_lock(tmp_path, monkeypatch)
     finally:
         lock.release()
     assert not (tmp_path / ".lock").exists()  # a soft marker is removed on release
+
+
+def test_a_tau_less_run_recorded_when_its_digest_hashed_tau_is_found_and_reused(tmp_path):
+    """A sync SGD run recorded before the identity left tau out (its directory and summary
+    named by the digest of then) is the run a sweep over tau asks for today: found, skipped,
+    its record untouched, no second run trained beside it."""
+    from experiments import resolved_job
+    from experiments.config.identity import digest, hash_identity, identity_config
+    from tests.cli import run_py_here
+    from tests.compose import composed
+
+    args = (*TINY, "algorithm=sync_sgd", "cluster=sim", f"out_root={tmp_path}")
+    first = run_py_here(*args, "tau=2")  # cluster=sim: the workers are threads of this process
+    assert first.returncode == 0, first.stderr[-2000:]
+    (run,) = runs(tmp_path)
+    # the record as it was written before: identity.json with tau, the digest of then
+    plain = resolved_job(composed(*args, "tau=2"))
+    then = {**identity_config(plain), "tau": 2}
+    old = hash_identity(then)
+    assert old != digest(plain) == run.name.rsplit("-", 1)[1]
+    (run / "identity.json").write_text(json.dumps(then))
+    (run / "summary.json").write_text(json.dumps({**summary(run), "identity": old}))
+    legacy = run.rename(run.with_name(f"{run.name.rsplit('-', 1)[0]}-{old}"))
+    kept = {p.name: p.read_bytes() for p in legacy.iterdir() if p.is_file()}
+
+    alone = run_py_here(*args, "tau=4")  # a single run: the runner's own check
+    assert alone.returncode == 0, alone.stderr[-2000:]
+    assert alone.stdout.strip().splitlines() == [f"skip {legacy}: already completed"]
+    again = run_py_here(*args, "-m", "tau=2,4")  # a sweep: the sweeper's
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"skip {legacy}: already completed\n" in again.stdout
+    assert "skip tau=4: sync_sgd ignores tau, the same run as tau=2\n" in again.stdout
+    assert runs(tmp_path) == [legacy]
+    assert {p.name: p.read_bytes() for p in legacy.iterdir() if p.is_file()} == kept

@@ -18,7 +18,15 @@ computes or what its record says:
   data lies and how it is fetched;
 - `report`, `scale.target_acc`: what a preset's report does with the runs;
 - `rerun`: a request to recompute a finished run, not a property of it;
-- `hydra`: Hydra's own settings.
+- `hydra`: Hydra's own settings;
+- `tau` when the algorithm does not read it (`algorithms.reads_tau`: sync SGD, PowerSGD and
+  pseudo-sync communicate every step): its runs at tau 2 and tau 4 are one run, one digest.
+
+A key an algorithm does not read is left out rather than hashed, so that one run is one record:
+hashed, the same run at two values of the key would be trained twice and counted twice. A run
+recorded before a key was left out (a sync SGD run whose digest hashed its tau) is still that
+run: its identity.json, digested by today's rule, is today's digest, which is how a sweep finds
+and reuses it (`run_dir_name`, and experiments/store/records.py's `finished_status`).
 
 A run's directory is `<out_root>/runs/<readable>-<digest>` (`run_name`): the readable part is
 built from the config's values (the algorithm, its knobs that differ from their defaults, tau for
@@ -32,11 +40,15 @@ table, a tag in W&B): W&B's tags and the analysis read this one list.
 from __future__ import annotations
 
 import copy
+import glob
 import hashlib
 import json
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
+
+import algorithms
 
 NON_IDENTITY_KEYS: tuple[str, ...] = (
     "out_root",
@@ -74,8 +86,12 @@ SERIES_KEYS: tuple[str, ...] = (
 
 
 def identity_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
-    """The resolved config without the keys of NON_IDENTITY_KEYS (a new dict)."""
+    """The resolved config without the keys of NON_IDENTITY_KEYS and the keys its algorithm
+    does not read (a new dict)."""
     out = copy.deepcopy(dict(cfg))
+    algorithm = out.get("algorithm")
+    if isinstance(algorithm, Mapping) and not algorithms.reads_tau(str(algorithm.get("name"))):
+        out.pop("tau", None)
     for dotted in NON_IDENTITY_KEYS:
         *parents, leaf = dotted.split(".")
         node: Any = out
@@ -113,8 +129,13 @@ def _canonical(value: Any) -> Any:
 
 def digest(cfg: Mapping[str, Any], chars: int = DIGEST_CHARS) -> str:
     """The identity of the resolved config `cfg`: a hex sha256 of its identity keys."""
-    text = canonical_json(identity_config(cfg))
-    return hashlib.sha256(text.encode()).hexdigest()[:chars]
+    return hash_identity(identity_config(cfg), chars)
+
+
+def hash_identity(identity: Mapping[str, Any], chars: int = DIGEST_CHARS) -> str:
+    """The hex sha256 of an identity configuration as it stands, no key left out: what a
+    record's digest was computed from its identity.json when it was made, by the rule of then."""
+    return hashlib.sha256(canonical_json(identity).encode()).hexdigest()[:chars]
 
 
 def series(cfg: Mapping[str, Any]) -> dict[str, Any]:
@@ -148,8 +169,6 @@ def readable_name(cfg: Mapping[str, Any]) -> str:
     only) and the seed, e.g. `powersgd-rank2-seed0`, `local_sgd-tau4-seed1`."""
     import dataclasses
 
-    import algorithms
-
     algo = dict(cfg.get("algorithm") or {})
     name = str(algo.pop("name", "unknown"))
     parts = [name]
@@ -164,7 +183,7 @@ def readable_name(cfg: Mapping[str, Any]) -> str:
     for key, value in algo.items():
         if key not in defaults or defaults[key] != value:
             parts.append(f"{key}{_short(value)}")
-    if cls is None or cls.periodic:
+    if algorithms.reads_tau(name):
         parts.append(f"tau{_short(cfg.get('tau'))}")
     parts.append(f"seed{_short(cfg.get('seed'))}")
     return "-".join(parts)
@@ -182,3 +201,48 @@ def _short(value: Any) -> str:
 def run_name(cfg: Mapping[str, Any]) -> str:
     """The run directory's name for the resolved config `cfg`: `<readable>-<digest>`."""
     return f"{readable_name(cfg)}-{digest(cfg)}"
+
+
+def current_digest(run_dir: Path, recorded: Any) -> str | None:
+    """Today's digest of the run in `run_dir` whose summary names the identity `recorded`, when
+    its record was made by an earlier identity rule: its identity.json, hashed as written, is
+    `recorded` (the record is whole, not edited by hand), and today's rule, which leaves out
+    more keys (tau of a tau-less method), digests that configuration anew. None when
+    identity.json is missing, unreadable or not what `recorded` was computed from."""
+    then = _json_object(Path(run_dir) / "identity.json")
+    return digest(then) if then is not None and hash_identity(then) == recorded else None
+
+
+def run_dir_name(runs: Path, cfg: Mapping[str, Any]) -> str:
+    """The name of the run directory below `runs` of the resolved config `cfg`: its `run_name`
+    (`<readable>-<digest>`), unless that directory does not exist and a sibling of the same
+    readable part holds this run recorded under an earlier identity rule (its directory and
+    summary named by the digest of then: `current_digest`). That run is this one: a sweep
+    finds it there and skips it when it finished (experiments/store/records.py,
+    `finished_status`) or resumes it, rather than train it again beside its record. The first
+    such sibling in name order, should there be several (one run recorded at two values of a
+    key since left out)."""
+    name = run_name(cfg)
+    readable, _, today = name.rpartition("-")
+    runs = Path(runs)
+    try:
+        if (runs / name).exists():
+            return name
+        siblings = sorted(runs.glob(f"{glob.escape(readable)}-{'[0-9a-f]' * DIGEST_CHARS}"))
+    except OSError:  # an unreadable runs folder: the pre-flight says what is wrong with it
+        return name
+    for sibling in siblings:
+        summary = _json_object(sibling / "summary.json")
+        if summary is not None and current_digest(sibling, summary.get("identity")) == today:
+            return sibling.name
+    return name
+
+
+def _json_object(path: Path) -> dict | None:
+    """A record file's JSON object; None when it is missing or not one (the records' validated
+    readers, experiments/store/records.py, say what is wrong where a run reads its own)."""
+    try:
+        value = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return value if isinstance(value, dict) else None

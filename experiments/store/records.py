@@ -40,6 +40,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from experiments.config.identity import current_digest
 from experiments.errors import OutputError, UserError
 
 SUMMARY = "summary.json"
@@ -222,7 +223,9 @@ def is_finished(run_dir: Path) -> bool:
 
 
 def finished_status(run_dir: Path, digest: str, rerun: bool = False) -> str | None:
-    """The status of the finished run in `run_dir` when it is the run of identity `digest`;
+    """The status of the finished run in `run_dir` when it is the run of identity `digest` (its
+    summary's, or, for a run recorded under an earlier identity rule, the `current_digest` of
+    its identity.json);
     None when the directory holds no finished run. A finished record of another identity (a
     digest collision, or a record edited by hand) is a UserError: it is never reused nor
     overwritten. So is a damaged record (a summary that cannot be read, or run files without a
@@ -242,7 +245,8 @@ def finished_status(run_dir: Path, digest: str, rerun: bool = False) -> str | No
         ) from None
     if not summary or summary.get("status") not in FINISHED:
         return None
-    if summary.get("identity") != digest:
+    recorded = summary.get("identity")
+    if recorded != digest and current_digest(run_dir, recorded) != digest:
         raise UserError(
             f"run directory {run_dir} holds a finished run of another configuration (identity "
             f"{summary.get('identity')!r}, this one {digest!r}); move it away to run this one"

@@ -163,7 +163,7 @@ class CommsgdSweeper(Sweeper):
         to_launch: list[tuple[list[str], Outcome]] = []
         configs: dict[int, dict[str, Any]] = {}  # id(outcome) -> the point's resolved config
         composed: dict[int, DictConfig] = {}  # id(outcome) -> its composed config
-        planned: dict[Any, str] = {}  # run directory (or tau-less key) -> the point that runs it
+        planned: dict[Any, tuple] = {}  # run directory -> (the point that runs it, its tau)
         group = self._group(arguments, varying, started)
         over = f" over {', '.join(varying)}" if varying else ""
         print(f"sweep: {len(points)} points{over}", flush=True)
@@ -177,20 +177,13 @@ class CommsgdSweeper(Sweeper):
                 outcome.run_dir = str(point.run_dir)
                 if point.run_dir in planned:  # another spelling, or a key outside the identity
                     outcome.status = "duplicate"
-                    print(f"skip {label}: the same run as {planned[point.run_dir]}", flush=True)
+                    first, tau = planned[point.run_dir]
+                    why = ""  # a tau-less method at a second tau: its identity leaves tau out
+                    if tau != point.config.get("tau"):
+                        why = f"{point.config['algorithm']['name']} ignores tau, "
+                    print(f"skip {label}: {why}the same run as {first}", flush=True)
                     continue
-                ignored = _ignoring_tau(point.config)
-                if ignored in planned:  # a tau-less method at a second tau: the same run again
-                    outcome.status = "duplicate"
-                    print(
-                        f"skip {label}: {point.config['algorithm']['name']} ignores tau, "
-                        f"the same run as {planned[ignored]}",
-                        flush=True,
-                    )
-                    continue
-                planned[point.run_dir] = label
-                if ignored is not None:
-                    planned[ignored] = label
+                planned[point.run_dir] = (label, point.config.get("tau"))
                 status = finished_status(point.run_dir, point.digest, bool(cfg.rerun))
                 if status is not None and not cfg.rerun:
                     outcome.status = "skipped"
@@ -419,22 +412,6 @@ class CommsgdSweeper(Sweeper):
                 "points": [o.__dict__ for o in outcomes],
             },
         )
-
-
-def _ignoring_tau(config: dict) -> Any:
-    """For a method that ignores `tau` (sync SGD, PowerSGD, pseudo-sync), its resolved config
-    without it, as a key: the points that differ only in tau are one run (no
-    pseudo-replication: analysis/claims.py); None for the round-based methods."""
-    import json
-
-    from analysis.load import TAU_LESS
-    from experiments.config.identity import identity_config
-
-    if (config.get("algorithm") or {}).get("name") not in TAU_LESS:
-        return None
-    same = identity_config(config)
-    same.pop("tau", None)
-    return ("tau-less", json.dumps(same, sort_keys=True, default=str))
 
 
 def _plain(value: Any) -> Any:
