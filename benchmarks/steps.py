@@ -43,7 +43,7 @@ def _worker(rank: int, m: int, spec: dict, out_dir: str, port: int) -> None:
     import algorithms
     from algorithms.comm import Comm
     from benchmarks.baselines import no_buffer_sync
-    from experiments.training.clock import make_clock
+    from experiments.training.clock import Compute, Network, RealClock, VirtualClock
     from experiments.training.models import build_model
     from experiments.workers.dist import exit_spawned_worker
 
@@ -54,12 +54,8 @@ def _worker(rank: int, m: int, spec: dict, out_dir: str, port: int) -> None:
         torch.manual_seed(0)
         c, size = spec["channels"], spec["image_size"]
         base = build_model(spec["model"], c, 10)
-        clock_cfg = {
-            "network": {"name": "ideal"},
-            "compute": {"step_time_s": "measured"},
-            "seed": 0,
-            "emulate_network": False,
-        }
+        # an ideal network, and each step's own measured time
+        measured = Compute(step_time_s=None, slowdown=(1.0,) * m, algo_time_s=None)
 
         def sgd(model):
             return torch.optim.SGD(
@@ -74,7 +70,8 @@ def _worker(rank: int, m: int, spec: dict, out_dir: str, port: int) -> None:
                 sides[name] = (DistributedDataParallel(model, **no_buffer_sync()), opt, None)
             elif name.startswith("sync_"):
                 timing = "virtual" if name == "sync_virtual" else "real"
-                comm = Comm(clock=make_clock({**clock_cfg, "timing": timing}, rank, m))
+                clock = VirtualClock if timing == "virtual" else RealClock
+                comm = Comm(clock=clock(rank, Network(), measured))
                 options = {"bucket_mb": 0.0} if name == "sync_flat" else {}
                 algo = algorithms.build("sync_sgd", options, model, opt, comm, tau=1)
                 sides[name] = (model, opt, algo)

@@ -26,6 +26,12 @@ expanded, made absolute, refused when empty, holding control characters or a com
 than 255 bytes); the run directory Hydra makes, the one checked here and the one the run writes
 are that one path.
 
+The checks live in experiments/checks/, below both this module and the run
+(experiments/runner.py), their names importable from here: the values (checks/values.py), the
+launcher, devices, data and model (checks/machine.py) and W&B (checks/wandb_login.py). They read
+the job's record (experiments/config/schema.py `record`) value by value, before any code trusts
+a type.
+
 `describe(exception)` turns what Hydra and OmegaConf raise while composing or resolving (an
 unknown key, a wrong type, a value outside an enum, an unknown group option, a malformed
 override, an interpolation error) into the one line printed after `error: `.
@@ -33,8 +39,6 @@ override, an interpolation error) into the one line printed after `error: `.
 
 from __future__ import annotations
 
-import math
-import netrc
 import os
 import re
 import shutil
@@ -43,15 +47,51 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
-from urllib.parse import urlparse
 
 from hydra.experimental.callback import Callback
 from omegaconf import DictConfig
 
-import algorithms
+# the checks' own modules (module docstring), their names importable from here as before
+from experiments.checks.machine import (  # noqa: F401 - re-exported
+    Launcher,
+    check_data,
+    check_devices,
+    check_launcher,
+    check_model,
+    check_world_size,
+    launcher_env,
+    launcher_world_size,
+    visible_gpus,
+)
+from experiments.checks.values import (  # noqa: F401 - re-exported
+    DTYPE_MAX,
+    MAX_TIMEOUT_S,
+    MAY_BE_INFINITE,
+    PROCESS_DEVICES,
+    SLURM_JOB_KEYS,
+    TIMINGS,
+    WANDB_MODES,
+    check_heterogeneity_applies,
+    validate,
+    validate_algorithm_numbers,
+    validate_checkpointing,
+    validate_cluster,
+    validate_finite,
+    validate_scale,
+    validate_slurm_job,
+)
+from experiments.checks.wandb_login import (  # noqa: F401 - re-exported
+    OFFLINE_HINT,
+    WANDB_CHECK_TIMEOUT_S,
+    WANDB_DEFAULT_URL,
+    check_wandb,
+    has_wandb_credentials,
+    wandb_api_key,
+    wandb_base_url,
+    wandb_login_problem,
+)
 from experiments.data import params as data_params
 from experiments.errors import UserError
-from experiments.workers import options as batched
 
 
 def min_free_mb() -> float:
@@ -196,8 +236,6 @@ def check_machine(plain: dict[str, Any], launcher: Launcher | None, local: bool 
     from experiments.workers.startup import import_torch
 
     import_torch()  # with the stop signals held: a stop meanwhile is delivered once it is done
-    from experiments.runner import check_data, check_model
-
     if local:
         bundle, _ = check_data(plain)
         check_model(plain, bundle.in_channels, bundle.num_classes)
@@ -217,540 +255,6 @@ class Preflight(Callback):
         except Exception as e:
             print(f"error: {describe(e)}", file=sys.stderr, flush=True)
             raise SystemExit(2) from None
-
-
-# --- the values ---------------------------------------------------------------------------
-# Torch-free, as everything before `check_machine` (module doc): the dtypes by name, with the
-# largest finite number each holds (torch.finfo(dtype).max; tests/test_torch_free.py compares).
-DTYPE_MAX = {"float32": 3.4028234663852886e38, "float64": sys.float_info.max}
-WANDB_MODES = ("disabled", "offline", "online")
-TIMINGS = ("real", "virtual")  # timing.md
-
-
-MAX_TIMEOUT_S = 1e6  # 11 days: longer is no timeout at all (and overflows C timeouts)
-
-# Numbers that may be infinite: an ideal network's bandwidth.
-MAY_BE_INFINITE = ("network.bandwidth_gbps",)
-
-
-def validate_finite(node: Any, prefix: str = "") -> None:
-    """No NaN anywhere, no infinity except where it means something (MAY_BE_INFINITE)."""
-    if isinstance(node, dict):
-        for k, v in node.items():
-            validate_finite(v, f"{prefix}{k}.")
-    elif isinstance(node, list):
-        for i, v in enumerate(node):
-            validate_finite(v, f"{prefix}{i}.")
-    elif isinstance(node, float) and not math.isfinite(node):
-        key = prefix.rstrip(".")
-        if math.isnan(node) or key not in MAY_BE_INFINITE:
-            raise UserError(f"{key} must be a finite number, got {node}")
-
-
-def validate(cfg: dict[str, Any]) -> None:
-    """Raise UserError (one line) for any value that cannot make a run."""
-    validate_finite(cfg)
-    for key, value in _seeds(cfg):
-        # the workers' streams are seed * 1_000_003 + rank: a 64-bit seed needs seed < 2^32
-        if not _is_int(value) or not 0 <= value < 2**32:
-            raise UserError(f"{key} must be an integer in [0, 2^32), got {value!r}")
-    for key, low in (("workers", 1), ("tau", 1), ("batch_size", 1), ("epochs", 1)):
-        value = cfg[key]
-        if not isinstance(value, int) or isinstance(value, bool) or value < low:
-            raise UserError(f"{key} must be an integer >= {low}, got {value!r}")
-    for key in ("eval_every", "eval_batch_size"):
-        if not isinstance(cfg[key], int) or cfg[key] < 1:
-            raise UserError(f"{key} must be an integer >= 1, got {cfg[key]!r}")
-    lr = cfg["lr"]
-    if not isinstance(lr, int | float) or isinstance(lr, bool) or not lr > 0 or math.isinf(lr):
-        raise UserError(f"lr must be a number > 0, got {lr!r}")
-    for key in ("momentum", "weight_decay", "warmup_epochs", "lr_decay"):
-        if isinstance(cfg[key], bool) or not isinstance(cfg[key], int | float):
-            raise UserError(f"{key} must be a number, got {cfg[key]!r}")
-    if not 0 <= cfg["momentum"] < 1:
-        raise UserError(f"momentum must be in [0, 1), got {cfg['momentum']!r}")
-    if cfg["nesterov"] and cfg["momentum"] == 0:
-        raise UserError("nesterov=true needs momentum > 0")
-    if cfg["weight_decay"] < 0:
-        raise UserError(f"weight_decay must be >= 0, got {cfg['weight_decay']!r}")
-    if cfg["warmup_epochs"] < 0:
-        raise UserError(f"warmup_epochs must be >= 0, got {cfg['warmup_epochs']!r}")
-    if not cfg["lr_decay"] > 0:
-        raise UserError(f"lr_decay must be > 0, got {cfg['lr_decay']!r}")
-    if any(not 0 < f <= 1 for f in cfg["lr_decay_at"]):
-        raise UserError(
-            f"lr_decay_at holds fractions of epochs in (0, 1], got {cfg['lr_decay_at']}"
-        )
-    validate_checkpointing(cfg)
-    validate_scale(cfg)  # before the clock: sim's compute.step_time_s is the scale's
-    t = cfg["dist_timeout_s"]
-    if isinstance(t, bool) or not isinstance(t, int | float) or not 0 < t <= MAX_TIMEOUT_S:
-        raise UserError(
-            f"dist_timeout_s must be a number of seconds in (0, {MAX_TIMEOUT_S:g}], got {t!r}"
-        )
-    threads = cfg.get("threads_per_worker")
-    if threads is not None and (not _is_int(threads) or threads < 1):
-        raise UserError(
-            f"threads_per_worker must be null (the cores / local workers) or an integer >= 1, "
-            f"got {threads!r}"
-        )
-    validate_cluster(cfg)
-    if cfg.get("dtype", "float32") not in DTYPE_MAX:
-        raise UserError(f"dtype must be one of {', '.join(DTYPE_MAX)}, got {cfg.get('dtype')!r}")
-    if cfg["timing"] not in TIMINGS:
-        raise UserError(f"timing must be one of {', '.join(TIMINGS)}, got {cfg['timing']!r}")
-    if cfg["timing"] == "virtual" and (cfg.get("emulate_network") or cfg.get("emulate_compute")):
-        raise UserError("emulate_network / emulate_compute apply to timing=real only")
-    if cfg["cluster"].get("in_process") and cfg["timing"] != "virtual":
-        raise UserError(
-            f"timing={cfg['timing']} with cluster={cfg['cluster']['name']}: the workers are "
-            "threads of one process sharing its cores, so their wall-clock measures nothing; "
-            "use timing=virtual (the modeled clock, timing.md)"
-        )
-    from experiments.training.clock import make_clock  # (numpy: not for --help and the like)
-
-    try:
-        make_clock(cfg, rank=0, m=cfg["workers"])
-    except (ValueError, TypeError) as e:
-        raise UserError(str(e)) from None
-    check_heterogeneity_applies(cfg)
-    if cfg["wandb"]["mode"] not in WANDB_MODES:
-        raise UserError(f"wandb.mode must be one of {', '.join(WANDB_MODES)}")
-    validate_algorithm_numbers(cfg)
-    algo = dict(cfg["algorithm"])
-    name = algo.pop("name")
-    try:
-        # the Configs only (algorithms/<stem>_config.py): no rule, no torch
-        algorithms.make_config(name, algo).check(cfg)
-        batched.check(cfg, algorithms.CONFIGS[name])
-        algorithms.check_compression(name, (cfg.get("comm") or {}).get("compression", "none"))
-    except (ValueError, TypeError) as e:
-        raise UserError(str(e)) from None
-    # the data's, the partition's and the model's values (torch-free: the loaders' own checks)
-    data_params.check(cfg)
-
-
-def _seeds(cfg: dict[str, Any]) -> list[tuple[str, Any]]:
-    """The config's seeds: `seed` and the dataset's (`dataset.seed`, `dataset.split_seed`)."""
-    found = [("seed", cfg["seed"])]
-    for key in ("seed", "split_seed"):
-        if key in (cfg.get("dataset") or {}):
-            found.append((f"dataset.{key}", cfg["dataset"][key]))
-    return found
-
-
-def validate_algorithm_numbers(cfg: dict[str, Any]) -> None:
-    """An algorithm's knob is used in the training's dtype: a number that dtype cannot hold
-    (`algorithm.outer_lr=1e300` in float32) would crash every worker at its first use. (The
-    LR and weight decay of the local optimizer overflow to infinity instead, a diverged run:
-    experiments/training/schedule.py.)"""
-    limit = DTYPE_MAX[cfg.get("dtype", "float32")]
-    for key, value in (cfg.get("algorithm") or {}).items():
-        if isinstance(value, float) and math.isfinite(value) and abs(value) > limit:
-            raise UserError(
-                f"algorithm.{key}={value:g} is beyond what {cfg.get('dtype', 'float32')} holds "
-                f"({limit:.3g})"
-            )
-
-
-def validate_checkpointing(cfg: dict[str, Any]) -> None:
-    every, c = cfg["checkpoint_every"], cfg["checkpoint"]
-    if not _is_int(every) or every < 0:
-        raise UserError(f"checkpoint_every must be an integer >= 0 (epochs), got {every!r}")
-    if every and every % cfg["eval_every"]:
-        raise UserError(
-            f"checkpoint_every={every} must be a multiple of eval_every={cfg['eval_every']}: "
-            "checkpoints are taken at evaluation points, where every worker is at rest"
-        )
-    if not isinstance(c["on_signal"], bool):
-        raise UserError(f"checkpoint.on_signal must be true or false, got {c['on_signal']!r}")
-    if not _is_int(c["poll_steps"]) or c["poll_steps"] < 1:
-        raise UserError(f"checkpoint.poll_steps must be an integer >= 1, got {c['poll_steps']!r}")
-    at = c.get("simulate_signal_at_step")
-    if at is not None and (not _is_int(at) or at < 1):
-        raise UserError(
-            f"checkpoint.simulate_signal_at_step must be null or an integer >= 1, got {at!r}"
-        )
-
-
-def validate_cluster(cfg: dict[str, Any]) -> None:
-    c = cfg["cluster"]
-    if c.get("in_process"):
-        # The device's name here, torch-free; whether this machine has it is check_devices'
-        # (torch counts the GPUs: experiments/workers/sim.py device_of).
-        spec = str(c.get("device") or "auto")
-        if not re.fullmatch(r"auto|cpu(:0)?|cuda(:\d+)?", spec):
-            raise UserError(f"cluster.device must be auto, cpu, cuda or cuda:N, got {spec!r}")
-        if c.get("name") == "slurm" and (c.get("nodes") != 1 or c.get("tasks_per_node") != 1):
-            raise UserError(
-                "cluster.in_process=true runs a run's workers in one SLURM task: set "
-                "cluster.nodes=1 cluster.tasks_per_node=1 (and cluster.gpus_per_node=1 for a GPU)"
-            )
-    else:  # worker processes (experiments/workers/dist.py, place: which GPU is whose)
-        if str(c.get("device") or "auto") not in PROCESS_DEVICES:
-            raise UserError(
-                f"cluster.device must be one of {', '.join(PROCESS_DEVICES)}, got "
-                f"{c.get('device')!r}"
-            )
-    k = c.get("workers_per_gpu", 1)
-    if not _is_int(k) or k < 1:
-        raise UserError(f"cluster.workers_per_gpu must be an integer >= 1, got {k!r}")
-    if c.get("name") == "slurm":
-        validate_slurm_job(c)
-    if c.get("in_process"):
-        return  # one SLURM task runs the whole run
-    if c.get("name") != "slurm":
-        return
-    nodes, per_node = c["nodes"], c["tasks_per_node"]
-    if not _is_int(nodes) or nodes < 1 or not _is_int(per_node) or per_node < 1:
-        raise UserError(
-            f"cluster.nodes and cluster.tasks_per_node must be integers >= 1, got {nodes!r} "
-            f"and {per_node!r}"
-        )
-    if nodes * per_node != cfg["workers"]:
-        raise UserError(
-            f"workers={cfg['workers']} do not fill cluster.nodes={nodes} x "
-            f"cluster.tasks_per_node={per_node}: choose workers divisible by the nodes"
-        )
-
-
-PROCESS_DEVICES = ("auto", "cpu", "cuda")  # experiments/workers/dist.py DEVICES
-# cluster=slurm's job keys (submitit's): (key, smallest value, whether null is allowed)
-SLURM_JOB_KEYS = (
-    ("gpus_per_node", 0, True),
-    ("cpus_per_task", 1, True),
-    ("mem_gb", 1, True),
-    ("timeout_min", 1, False),
-    ("signal_delay_s", 0, False),
-    ("max_num_timeout", 0, False),
-    ("array_parallelism", 1, False),
-)
-
-
-def validate_slurm_job(c: dict[str, Any]) -> None:
-    """The SLURM job's numbers (what submitit would submit, or refuse after the sweep began)."""
-    for key, low, nullable in SLURM_JOB_KEYS:
-        value = c.get(key)
-        if value is None and nullable:
-            continue
-        if not _is_int(value) or value < low:
-            null = "null or " if nullable else ""
-            raise UserError(f"cluster.{key} must be {null}an integer >= {low}, got {value!r}")
-
-
-def validate_scale(cfg: dict[str, Any]) -> None:
-    """The scale's numbers (the presets read them through interpolations: a preset's workers,
-    non-IID fraction, modeled step and network)."""
-    s = cfg.get("scale") or {}
-
-    def number(key: str, value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, int | float):
-            raise UserError(f"scale.{key} must be a number, got {value!r}")
-        return float(value)
-
-    workers = s.get("table_workers")
-    if not _is_int(workers) or workers < 1:
-        raise UserError(f"scale.table_workers must be an integer >= 1, got {workers!r}")
-    if not 0 < number("noniid_fraction", s.get("noniid_fraction")) <= 1:
-        raise UserError(f"scale.noniid_fraction must be in (0, 1], got {s['noniid_fraction']!r}")
-    if not 0 <= number("target_acc", s.get("target_acc")) <= 1:
-        raise UserError(f"scale.target_acc must be in [0, 1], got {s['target_acc']!r}")
-    if not number("step_time_s", s.get("step_time_s")) > 0:
-        raise UserError(f"scale.step_time_s must be a number > 0, got {s['step_time_s']!r}")
-    net = s.get("network") or {}
-    if not number("network.latency_s", net.get("latency_s")) >= 0:
-        raise UserError(f"scale.network.latency_s must be >= 0, got {net['latency_s']!r}")
-    if not number("network.bandwidth_gbps", net.get("bandwidth_gbps")) > 0:
-        raise UserError(f"scale.network.bandwidth_gbps must be > 0, got {net['bandwidth_gbps']!r}")
-
-
-def _is_int(value: Any) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool)
-
-
-# --- the checks -----------------------------------------------------------------------------
-
-
-@dataclass(frozen=True)
-class Launcher:
-    """What a launcher that started this process as one worker decided: how many workers in
-    all, on how many nodes, how many on this node (None: not said)."""
-
-    name: str  # torchrun | srun
-    world_size: int
-    rank: int
-    nodes: int | None
-    local_world_size: int | None
-
-
-def launcher_env(env: dict[str, str] | None = None) -> Launcher | None:
-    """The launcher that started this process (torchrun: RANK/WORLD_SIZE, LOCAL_WORLD_SIZE,
-    GROUP_WORLD_SIZE; srun: SLURM_NTASKS > 1, SLURM_PROCID, SLURM_NNODES), or None when run.py
-    will start the workers itself. A value that is not a number is a UserError."""
-    env = dict(os.environ if env is None else env)
-
-    def number(key: str, default: str | None = None) -> int | None:
-        text = env.get(key, default)
-        if text is None or text == "":
-            return None
-        try:
-            return int(text)
-        except ValueError:
-            raise UserError(
-                f"the launcher's {key}={text!r} is not a number; unset it to let run.py start "
-                "the workers"
-            ) from None
-
-    if "RANK" in env and "WORLD_SIZE" in env:
-        launcher = Launcher(
-            name="torchrun",
-            world_size=number("WORLD_SIZE") or 0,
-            rank=number("RANK") or 0,
-            nodes=number("GROUP_WORLD_SIZE"),
-            local_world_size=number("LOCAL_WORLD_SIZE"),
-        )
-    elif (number("SLURM_NTASKS", "1") or 1) > 1 and "SLURM_PROCID" in env:
-        nodes = number("SLURM_STEP_NUM_NODES") or number("SLURM_NNODES")
-        per_node = None
-        if nodes:
-            per_node = -(-(number("SLURM_NTASKS") or 0) // nodes)
-        launcher = Launcher(
-            name="srun",
-            world_size=number("SLURM_NTASKS") or 0,
-            rank=number("SLURM_PROCID") or 0,
-            nodes=nodes,
-            local_world_size=per_node,
-        )
-    else:
-        return None
-    if launcher.world_size < 1 or not 0 <= launcher.rank < launcher.world_size:
-        raise UserError(
-            f"the launcher ({launcher.name}) says rank {launcher.rank} of {launcher.world_size} "
-            "workers: not a valid rank"
-        )
-    return launcher
-
-
-def launcher_world_size() -> int | None:
-    """How many workers a launcher started this process among (torchrun: WORLD_SIZE; srun:
-    SLURM_NTASKS), or None when run.py will start the workers itself."""
-    launcher = launcher_env()
-    return launcher.world_size if launcher is not None else None
-
-
-def check_world_size(workers: int, world_size: int | None = None) -> None:
-    """Under torchrun/srun the world size that runs must be the config's `workers`: the run's
-    identity (and its record) says `workers`, so a mismatch would record one configuration
-    under another's name."""
-    world_size = launcher_world_size() if world_size is None else world_size
-    if world_size is not None and world_size != workers:
-        raise UserError(
-            f"the launcher started {world_size} workers but workers={workers}: give run.py "
-            f"workers={world_size}, or start {workers} processes (torchrun --nproc-per-node, "
-            "srun --ntasks)"
-        )
-
-
-def check_launcher(cfg: dict[str, Any], launcher: Launcher) -> None:
-    """What the launcher decided must be what the config says, or the record would describe
-    another run: the world size (`workers`), and with cluster=slurm the node count
-    (`cluster.nodes`) and the workers per node (`cluster.tasks_per_node`); a launcher that
-    spreads the workers over several nodes needs cluster=slurm (cluster=local is one
-    machine)."""
-    check_world_size(cfg["workers"], launcher.world_size)
-    cluster = cfg["cluster"]
-    how = "srun --nodes" if launcher.name == "srun" else "torchrun --nnodes"
-    if cluster.get("name") == "slurm":
-        if launcher.nodes is not None and launcher.nodes != cluster["nodes"]:
-            raise UserError(
-                f"the launcher ({launcher.name}) runs the workers on {launcher.nodes} node(s) but "
-                f"cluster.nodes={cluster['nodes']}: give run.py cluster.nodes={launcher.nodes}, "
-                f"or start it on {cluster['nodes']} node(s) ({how})"
-            )
-        per_node = launcher.local_world_size
-        if per_node is not None and per_node != cluster["tasks_per_node"]:
-            raise UserError(
-                f"the launcher ({launcher.name}) runs {per_node} workers per node but "
-                f"cluster.tasks_per_node={cluster['tasks_per_node']}: give run.py "
-                f"cluster.tasks_per_node={per_node}"
-            )
-    elif launcher.nodes is not None and launcher.nodes > 1:
-        raise UserError(
-            f"the launcher ({launcher.name}) runs the workers on {launcher.nodes} nodes but "
-            f"cluster={cluster.get('name')} is one machine: give run.py cluster=slurm "
-            f"cluster.nodes={launcher.nodes}"
-        )
-
-
-def visible_gpus() -> int:
-    """How many CUDA devices this process can use (0 without CUDA)."""
-    from experiments.workers.dist import visible_gpus as count
-
-    return count()
-
-
-def check_devices(cfg: dict[str, Any], launcher: Launcher | None) -> None:
-    """The placement the config asks for must work on this machine (experiments/workers/dist.py,
-    `place`: `cluster.backend`, `cluster.device`, `cluster.workers_per_gpu` against the visible
-    GPUs and the workers on this node), checked for every local worker before any starts;
-    under SLURM, a job that asked for `cluster.gpus_per_node` GPUs must see some. The
-    in-process workers (`cluster=sim`) place themselves (experiments/workers/sim.py)."""
-    from experiments.workers.dist import place
-
-    cluster = cfg["cluster"]
-    if cluster.get("in_process"):  # the one device of every worker (sim.py)
-        from experiments.workers.sim import check_in_process
-
-        check_in_process(cfg)
-        return
-    local = cfg["workers"] if launcher is None else (launcher.local_world_size or 1)
-    bound = launcher is not None and launcher.name == "srun"
-    for local_rank in range(local):
-        place(
-            cluster["backend"],
-            local_rank,
-            local,
-            device=str(cluster.get("device") or "auto"),
-            workers_per_gpu=cluster.get("workers_per_gpu", 1),
-            bound=bound,
-        )
-    gpus = visible_gpus()
-    wanted = cluster.get("gpus_per_node")
-    # Each task may see only its own GPU (SLURM's per-task binding, experiments/workers/dist.py): a
-    # task that sees none while the job asked for GPUs is the mismatch.
-    if launcher is not None and launcher.name == "srun" and wanted and gpus == 0:
-        raise UserError(
-            f"cluster.gpus_per_node={wanted} but this task of the job sees no GPU "
-            "(CUDA_VISIBLE_DEVICES): the job did not get them; check the sbatch GPU request"
-        )
-
-
-# --- W&B ----------------------------------------------------------------------------------------
-# wandb.mode=online is checked once per command (a sweep's points share it: `_WANDB_ANSWERS`),
-# before any work, by asking the W&B server who the key belongs to: no network, a server that
-# does not answer within WANDB_CHECK_TIMEOUT_S or a key it refuses is one line and exit 2, rather
-# than wandb.init's 90 s wait and a worker's traceback (issue 36 item 4). Stdlib only (torch-free,
-# wandb-free: wandb's own login retries for minutes). A W&B lost after this check costs the run
-# nothing: experiments/store/log.py goes on offline and never fails a finished run.
-WANDB_CHECK_TIMEOUT_S = 8.0  # the whole check: name lookup, connection, TLS, answer
-WANDB_DEFAULT_URL = "https://api.wandb.ai"
-OFFLINE_HINT = "(or run with wandb.mode=offline and `wandb sync` the records later)"
-_WANDB_ANSWERS: dict[tuple[str, str], str | None] = {}  # (url, key) -> problem, None: fine
-
-
-def wandb_base_url() -> str:
-    """The W&B server this process talks to: WANDB_BASE_URL, else W&B's cloud."""
-    return os.environ.get("WANDB_BASE_URL", "").strip().rstrip("/") or WANDB_DEFAULT_URL
-
-
-def wandb_api_key() -> str | None:
-    """The key W&B logs in with, without asking: WANDB_API_KEY, or the password of a netrc
-    entry for the W&B host (what `wandb login` writes); None without one."""
-    key = os.environ.get("WANDB_API_KEY", "").strip()
-    if key:
-        return key
-    host = urlparse(wandb_base_url()).hostname or ""
-    try:
-        entry = netrc.netrc(os.environ.get("NETRC")).authenticators(host)
-    except (OSError, netrc.NetrcParseError):
-        return None
-    return entry[2] if entry and entry[2] else None
-
-
-def has_wandb_credentials() -> bool:
-    """Whether W&B can log in without asking (`wandb_api_key`)."""
-    return wandb_api_key() is not None
-
-
-def wandb_login_problem(timeout_s: float | None = None) -> str | None:
-    """Why W&B online cannot work from here, in a phrase, or None: the server at
-    `wandb_base_url()` must answer a query for the key's user within `timeout_s` (default
-    WANDB_CHECK_TIMEOUT_S) and know the key. Asked once per server and key in a process."""
-    import threading
-
-    timeout_s = WANDB_CHECK_TIMEOUT_S if timeout_s is None else timeout_s
-    base, key = wandb_base_url(), wandb_api_key() or ""
-    if (base, key) in _WANDB_ANSWERS:
-        return _WANDB_ANSWERS[(base, key)]
-    answer: list[str | None] = []
-    # A thread with a deadline: a socket timeout does not bound the name lookup.
-    asking = threading.Thread(
-        target=lambda: answer.append(_ask_wandb(base, key, timeout_s)),
-        name="commsgd-wandb-check",
-        daemon=True,
-    )
-    asking.start()
-    asking.join(timeout_s)
-    if answer:
-        problem = answer[0]
-    else:
-        problem = f"W&B at {base} did not answer within {timeout_s:g} s"
-    _WANDB_ANSWERS[(base, key)] = problem
-    return problem
-
-
-def _ask_wandb(base: str, key: str, timeout_s: float) -> str | None:
-    """One query of the W&B GraphQL API for the key's user: None when it knows the key."""
-    import base64
-    import http.client
-    import json
-    import urllib.error
-    import urllib.request
-
-    request = urllib.request.Request(
-        f"{base}/graphql",
-        data=json.dumps({"query": "query CommsgdViewer { viewer { id username } }"}).encode(),
-        headers={
-            "Content-Type": "application/json",
-            "Authorization": "Basic " + base64.b64encode(f"api:{key}".encode()).decode(),
-            "User-Agent": "commsgd-bench (W&B login check)",
-        },
-    )
-    rejected = (
-        f"W&B at {base} does not accept the API key: check WANDB_API_KEY or run "
-        "`wandb login --relogin`"
-    )
-    try:
-        with urllib.request.urlopen(request, timeout=timeout_s) as response:
-            body = response.read(1 << 20)
-    except urllib.error.HTTPError as e:
-        return rejected if e.code in (401, 403) else f"W&B at {base} answered HTTP {e.code}"
-    except (OSError, http.client.HTTPException, ValueError) as e:  # URLError is an OSError
-        reason = e.reason if isinstance(e, urllib.error.URLError) else e
-        if isinstance(reason, TimeoutError):  # as the deadline says it, whichever comes first
-            return f"W&B at {base} did not answer within {timeout_s:g} s"
-        return f"cannot reach W&B at {base} ({_reason(reason)})"
-    try:
-        viewer = (json.loads(body).get("data") or {}).get("viewer")
-    except (ValueError, AttributeError):
-        return f"{base} does not answer as W&B's API does (check WANDB_BASE_URL)"
-    return None if viewer else rejected
-
-
-def _reason(error: object) -> str:
-    """An error's reason in a few words, on one line."""
-    if isinstance(error, BaseException):
-        text = getattr(error, "strerror", None) or str(error) or type(error).__name__
-    else:
-        text = str(error)
-    return " ".join(text.split())[:200]
-
-
-def check_wandb(cfg: dict[str, Any], launcher: Launcher | None = None) -> None:
-    """wandb.mode=online needs credentials and, where this process logs to W&B (not a worker of
-    rank > 0 under a launcher: only rank 0 logs), a W&B that answers and accepts them."""
-    if cfg["wandb"]["mode"] != "online":
-        return
-    if not has_wandb_credentials():
-        raise UserError(
-            "wandb.mode=online needs W&B credentials: set WANDB_API_KEY or run `wandb login` "
-            + OFFLINE_HINT
-        )
-    if launcher is not None and launcher.rank != 0:
-        return
-    problem = wandb_login_problem()
-    if problem is not None:
-        raise UserError(f"wandb.mode=online: {problem} {OFFLINE_HINT}")
 
 
 def check_output_root(runs: Path) -> None:
@@ -820,37 +324,6 @@ def check_run_dir_name(run_dir: Path) -> None:
             )
 
 
-# --- one line per error ---------------------------------------------------------------------
-
-_TYPE_WORDS = {
-    "Integer": "an integer",
-    "Float": "a number",
-    "Boolean": "true or false",
-    "String": "a string",
-}
-
-
-def check_heterogeneity_applies(cfg: dict[str, Any]) -> None:
-    """Slow workers and stragglers (`compute.slowdown`, `compute.straggler_prob`) act on the
-    virtual clock (timing=virtual) or, on the real clock, through `emulate_compute=true` (the
-    slow workers sleep); on the real clock without it every worker computes at the machine's
-    speed and the keys would change nothing but the run's name: refused in one line."""
-    compute = cfg.get("compute") or {}
-    slowdown = compute.get("slowdown", "none")
-    slow = slowdown != "none" and not (
-        isinstance(slowdown, list) and all(float(x) == 1.0 for x in slowdown)
-    )
-    stragglers = float(compute.get("straggler_prob") or 0.0) > 0
-    if cfg["timing"] != "real" or cfg.get("emulate_compute") or not (slow or stragglers):
-        return
-    key = f"compute.slowdown={slowdown}" if slow else "compute.straggler_prob"
-    raise UserError(
-        f"{key} has no effect on the real clock (timing=real) without emulate_compute=true: "
-        "every worker computes at this machine's speed; add timing=virtual (the modeled clock) "
-        "or emulate_compute=true (the slow workers sleep)"
-    )
-
-
 def given_keys(config: DictConfig) -> list[str]:
     """The keys the command line (or a sweep's point) names, as `key` of each `key=value`
     override in `hydra.overrides.task` (`+`, `++`, `~` stripped; a group's choice is its
@@ -871,7 +344,7 @@ def _checkpointing(cfg: dict[str, Any]) -> bool:
 
 
 def _slowdown(cfg: dict[str, Any]) -> Any:
-    return (cfg.get("compute") or {}).get("slowdown", "none")
+    return cfg["compute"]["slowdown"]
 
 
 # A key that acts only together with another (the schema's comments say which): (the key, as
@@ -979,6 +452,16 @@ def check_inert_keys(cfg: dict[str, Any], keys: list[str]) -> None:
             group = cfg.get(key)
             shown = f"{key}={group.get('name')}" if isinstance(group, dict) else key
             raise UserError(entry[2].format(key=shown, **cfg))
+
+
+# --- one line per error ---------------------------------------------------------------------
+
+_TYPE_WORDS = {
+    "Integer": "an integer",
+    "Float": "a number",
+    "Boolean": "true or false",
+    "String": "a string",
+}
 
 
 def describe(error: BaseException) -> str:

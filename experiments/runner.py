@@ -26,6 +26,7 @@ import time
 import traceback
 import uuid
 from contextlib import contextmanager
+from dataclasses import asdict
 from functools import partial
 from pathlib import Path
 from signal import SIG_DFL
@@ -35,7 +36,9 @@ import torch
 from omegaconf import DictConfig, OmegaConf
 
 import algorithms
-from experiments.config.identity import digest, identity_config, readable_name
+from experiments.checks.machine import check_data, launcher_env
+from experiments.config.identity import canonical_json, digest, identity_config, readable_name
+from experiments.config.schema import Cifar10, Config, from_record, record, typed
 from experiments.errors import (
     EXIT_CANCELLED,
     EXIT_FAILED,
@@ -47,6 +50,7 @@ from experiments.errors import (
     UserError,
     WorkerFailed,
 )
+from experiments.preflight import check_job, describe
 from experiments.store import checkpoint as ckpt
 from experiments.store.checkpoint import Stopper
 from experiments.store.fingerprint import platform_fingerprint
@@ -72,76 +76,11 @@ from experiments.store.records import (
     write_text_atomic,
 )
 from experiments.training.clock import make_clock
+from experiments.training.schedule import Schedule
 from experiments.workers import dist as d
 from experiments.workers import startup
 
 DTYPES = {"float32": torch.float32, "float64": torch.float64}
-
-
-_DATA: dict[str, Any] = {}  # dataset config -> loaded data (the pre-flight's, reused by the run)
-
-
-def check_data(cfg: dict[str, Any]):
-    """Make sure the data is there and the partition is feasible; return the loaded data and
-    the data card. The data is loaded once per process and dataset config (the pre-flight loads
-    it, the run in the same process reuses it; a sweep's points share it)."""
-    import json
-
-    from experiments.data.datasets import load_dataset, prepare_dataset
-    from experiments.data.partition import data_card, make_partition
-
-    key = json.dumps(cfg["dataset"], sort_keys=True, default=str)
-    bundle = _DATA.get(key)
-    if bundle is None:
-        if cfg["dataset"]["name"] == "cifar10":
-            prepare_dataset(cfg["dataset"])  # may download; the others are checked by loading
-        bundle = load_dataset(cfg["dataset"])
-        _DATA.clear()  # one dataset in memory at a time
-        _DATA[key] = bundle
-    shards = make_partition(cfg["partition"], bundle.train_labels, cfg["workers"])
-    if len(shards[0]) < 1:
-        raise UserError(f"{cfg['workers']} workers leave no training sample per worker")
-    card = data_card(bundle.train_labels, shards, bundle.num_classes)
-    card["partition"] = dict(cfg["partition"])
-    card["dataset"] = cfg["dataset"]["name"]
-    return bundle, card
-
-
-def check_model(cfg: dict[str, Any], in_channels: int | None, num_classes: int | None) -> None:
-    """Build the model as the workers will, on the `meta` device (no memory, no time): a value
-    that cannot make it (`model.width=0`) is a UserError here, not in every worker. Without the
-    data's shape (a job checked before it runs elsewhere), a stand-in shape checks the values."""
-    from experiments.training.models import build_model
-
-    with torch.device("meta"):
-        try:
-            model = build_model(cfg["model"], in_channels or 3, num_classes or 10)
-        except UserError:
-            raise
-        except (ValueError, RuntimeError, TypeError) as e:
-            raise UserError(f"model {cfg['model'].get('name')!r} cannot be built: {e}") from None
-    if in_channels is None:  # the workers run elsewhere: their memory is not this machine's
-        return
-    itemsize = torch.finfo(DTYPES[cfg.get("dtype", "float32")]).bits // 8
-    per_worker = sum(p.numel() for p in model.parameters()) * itemsize
-    total = _memory_bytes()
-    if total and per_worker * cfg["workers"] > total:
-        raise UserError(
-            f"model {cfg['model']['name']} with model.width={cfg['model'].get('width')} has "
-            f"{per_worker / 2**30:.3g} GiB of parameters per worker, {cfg['workers']} workers: "
-            f"more than this machine's {total / 2**30:.3g} GiB of memory"
-        )
-
-
-def _memory_bytes() -> int | None:
-    """This machine's memory (Linux: /proc/meminfo MemTotal), None when unknown."""
-    try:
-        for line in Path("/proc/meminfo").read_text().splitlines():
-            if line.startswith("MemTotal:"):
-                return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def run(cfg: DictConfig, run_dir: str | Path, hydra_files: dict[str, str] | None = None) -> str:
@@ -149,11 +88,10 @@ def run(cfg: DictConfig, run_dir: str | Path, hydra_files: dict[str, str] | None
     checkpoint and no finished result is resumed (experiments/store/checkpoint.py). `hydra_files`:
     Hydra's record of the job, written to `.hydra/` when the run starts (never over a finished
     record)."""
-    from experiments.preflight import check_job, launcher_env
-
     run_dir = Path(run_dir)
-    plain: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-    rerun = bool(plain.pop("rerun", False))  # a request, not part of the record
+    job = typed(cfg)
+    plain = record(job)  # what the run writes and the pre-flight checks, value by value
+    rerun = job.rerun  # a request, not part of the record
     ident = digest(plain)
     # Every value again, and what the launcher (torchrun/srun) decided against the config (a
     # 2-process torchrun of `workers=4` would record 2 workers under the 4-worker run's
@@ -184,7 +122,7 @@ def run(cfg: DictConfig, run_dir: str | Path, hydra_files: dict[str, str] | None
             if status is not None:
                 moved = supersede(run_dir)
                 print(f"rerun {run_dir}: the previous record moved to {moved}", flush=True)
-        return _run(plain, run_dir, worker, is_main, ident, hydra_files or {})
+        return _run(job, plain, run_dir, worker, is_main, ident, hydra_files or {})
     finally:
         if lock is not None:
             release_reserve(run_dir)
@@ -198,16 +136,14 @@ def run_lockstep(points: list[tuple[DictConfig, Path, dict[str, str]]]) -> list[
     point's outcome as run.py's job returns it: `{"status", "run_dir"}`, with `error` and
     `exit_code` when it failed. A point that is finished is skipped, one that cannot start
     fails alone; a stop on a signal or Ctrl-C ends them all (raised, as `run` raises it)."""
-    from experiments.preflight import check_job, launcher_env
     from experiments.workers import sim
 
     outcomes: list[dict[str, Any] | None] = [None] * len(points)
-    ready: list[tuple[int, dict[str, Any], Path, Any]] = []  # (index, config, dir, data)
+    # (index, typed job, its record, dir, data)
+    ready: list[tuple[int, Config, dict[str, Any], Path, Any]] = []
     locks: list[tuple[RunLock, Path]] = []
 
     def failed(i: int, run_dir: Path, error: BaseException) -> None:
-        from experiments.preflight import describe
-
         code = error.exit_code if isinstance(error, OneLine | WorkerFailed) else EXIT_FAILED
         message = str(error) if isinstance(error, OneLine | WorkerFailed) else describe(error)
         print(f"{run_dir}: failed: {message}", file=sys.stderr, flush=True)
@@ -218,8 +154,9 @@ def run_lockstep(points: list[tuple[DictConfig, Path, dict[str, str]]]) -> list[
         for i, (cfg, run_dir, files) in enumerate(points):
             run_dir = Path(run_dir)
             outcomes[i] = {"status": "failed", "run_dir": str(run_dir)}
-            plain: dict[str, Any] = OmegaConf.to_container(cfg, resolve=True, enum_to_str=True)
-            rerun = bool(plain.pop("rerun", False))
+            job = typed(cfg)
+            plain = record(job)
+            rerun = job.rerun
             ident = digest(plain)
             started = False
             try:
@@ -242,21 +179,21 @@ def run_lockstep(points: list[tuple[DictConfig, Path, dict[str, str]]]) -> list[
                 if meta is not None:
                     check_metrics(run_dir, meta["step"])
                 bundle, card = check_data(plain)
-                _start_record(plain, run_dir, ident, files, meta, card)
+                _start_record(job, plain, run_dir, ident, files, meta, card)
                 started = True
-                ready.append((i, plain, run_dir, bundle))
+                ready.append((i, job, plain, run_dir, bundle))
             except Exception as e:
                 failed(i, run_dir, _ended(run_dir, e, started))
         stop: BaseException | None = None  # an interruption or Ctrl-C: every run's
         if ready:
             print(f"lockstep: {len(ready)} seeds of one config in one batched pass", flush=True)
             with late_stops_ignored():
-                results = sim.run_lockstep([r[1:] for r in ready], train_worker)
-            for (i, plain, run_dir, _), result in zip(ready, results, strict=True):
+                results = sim.run_lockstep([r[2:] for r in ready], train_worker)
+            for (i, job, _, run_dir, _), result in zip(ready, results, strict=True):
                 try:
                     if isinstance(result, BaseException):
                         raise result
-                    status = _spawned_status(run_dir, plain, [signal.SIGINT] if result else [])
+                    status = _spawned_status(run_dir, job, [signal.SIGINT] if result else [])
                 except Exception as e:
                     error = _ended(run_dir, e, True)
                     if isinstance(error, Cancelled | Interrupted):
@@ -265,7 +202,7 @@ def run_lockstep(points: list[tuple[DictConfig, Path, dict[str, str]]]) -> list[
                         failed(i, run_dir, error)
                     continue
                 if status == "interrupted":  # rank 0 has said why
-                    summary = read_summary(run_dir) or {}
+                    summary = read_summary(run_dir) or {}  # the record: its keys as written
                     error = summary.get("error", "interrupted")
                     stop = stop or Interrupted(f"{run_dir}: {error}", said=True)
                     continue
@@ -282,6 +219,7 @@ def run_lockstep(points: list[tuple[DictConfig, Path, dict[str, str]]]) -> list[
 
 
 def _run(
+    job: Config,
     plain: dict[str, Any],
     run_dir: Path,
     worker: d.Worker | None,
@@ -289,7 +227,7 @@ def _run(
     ident: str,
     hydra_files: dict[str, str],
 ) -> str:
-    if worker is None and not plain["cluster"].get("in_process"):
+    if worker is None and not job.cluster.in_process:
         startup.warm()  # the worker processes' forkserver imports torch while we go on
     if worker is not None:
         d.check_rendezvous_port(worker)
@@ -305,11 +243,11 @@ def _run(
     started = False  # whether the record says `running`
     try:
         if is_main:
-            _start_record(plain, run_dir, ident, hydra_files, meta, card)
+            _start_record(job, plain, run_dir, ident, hydra_files, meta, card)
             started = True
         if worker is None:
             with late_stops_ignored():
-                if plain["cluster"].get("in_process"):
+                if job.cluster.in_process:
                     from experiments.workers import sim
 
                     ctrl_c = sim.run(plain, run_dir, bundle, train_worker)
@@ -318,9 +256,9 @@ def _run(
                     # In-memory datasets travel to the workers with their arguments: loading
                     # them again in every process (importing scikit-learn) would cost seconds
                     # per run.
-                    shared = bundle if plain["dataset"]["name"] != "cifar10" else None
-                    stops = d.spawn(worker_main, plain["workers"], (plain, str(run_dir), shared))
-                status = _spawned_status(run_dir, plain, stops)
+                    shared = bundle if job.dataset.name != "cifar10" else None
+                    stops = d.spawn(worker_main, job.workers, (plain, str(run_dir), shared))
+                status = _spawned_status(run_dir, job, stops)
         else:
             status = worker_main(
                 worker.rank, worker.world_size, plain, str(run_dir), bundle, worker
@@ -338,6 +276,7 @@ def _run(
 
 
 def _start_record(
+    job: Config,
     plain: dict[str, Any],
     run_dir: Path,
     ident: str,
@@ -346,7 +285,8 @@ def _start_record(
     card: dict[str, Any],
 ) -> None:
     """Rank 0, before any worker starts: the resolved config, Hydra's files, the identity, the
-    data card and `status: running` (with the space of the final summary reserved)."""
+    data card and `status: running` (with the space of the final summary reserved). `plain` is
+    `job`'s record (schema.record): what config.yaml and the identity hold."""
     reserve(run_dir)  # the space of the final summary, should the disk fill up
     (run_dir / ".hydra").mkdir(exist_ok=True)
     for name, text in hydra_files.items():
@@ -354,7 +294,7 @@ def _start_record(
     write_text_atomic(run_dir / CONFIG, OmegaConf.to_yaml(OmegaConf.create(plain)))
     write_json_atomic(run_dir / IDENTITY, identity_config(plain))
     write_json_atomic(run_dir / DATA_CARD, card)
-    previous = read_summary(run_dir) or {}
+    previous = read_summary(run_dir) or {}  # a record (summary.json): its keys as written
     resumed = previous.get("resumed", [])
     if meta is not None:
         resumed = [*resumed, {"from_step": meta["step"], "at": _now(), "host": _host()}]
@@ -365,7 +305,7 @@ def _start_record(
         drop=("error", "interrupted", "finished_at"),
         status="running",
         identity=ident,
-        world_size=plain["workers"],
+        world_size=job.workers,
         git_sha=summary_commit(commits),
         git_commits=commits,
         torch_version=torch.__version__,
@@ -377,9 +317,8 @@ def _start_record(
     )
     what = f"resume from step {meta['step']} ({meta['reason']})" if meta else "run"
     print(
-        f"{what} {run_dir}: {plain['algorithm']['name']} tau={plain['tau']} "
-        f"workers={plain['workers']} dataset={plain['dataset']['name']} "
-        f"model={plain['model']['name']} epochs={plain['epochs']}",
+        f"{what} {run_dir}: {job.algorithm.name} tau={job.tau} workers={job.workers} "
+        f"dataset={job.dataset.name} model={job.model.name} epochs={job.epochs}",
         flush=True,
     )
 
@@ -412,7 +351,7 @@ def check_metrics(run_dir: Path, step: int) -> None:
         ) from None
 
 
-def _spawned_status(run_dir: Path, plain: dict[str, Any], stops: list[int]) -> str:
+def _spawned_status(run_dir: Path, job: Config, stops: list[int]) -> str:
     """The status of a run whose spawned workers all exited cleanly, from its record: a stop
     they checkpointed is `interrupted`; without a result, a Ctrl-C cancelled it."""
     try:
@@ -425,11 +364,11 @@ def _spawned_status(run_dir: Path, plain: dict[str, Any], stops: list[int]) -> s
     if status in ("completed", "diverged"):
         return status
     if signal.SIGINT in stops:
-        raise Cancelled(ctrl_c_message(run_dir, plain, stops.count(signal.SIGINT)))
+        raise Cancelled(ctrl_c_message(run_dir, job, stops.count(signal.SIGINT)))
     raise WorkerFailed(f"the workers ended without a result (status {status!r})")
 
 
-def ctrl_c_message(run_dir: Path, plain: dict[str, Any], presses: int) -> str:
+def ctrl_c_message(run_dir: Path, job: Config, presses: int) -> str:
     """What a Ctrl-C that stopped the run at once (checkpointing off, or a second Ctrl-C) left:
     the checkpoint a rerun resumes from, if there is one."""
     try:
@@ -442,7 +381,7 @@ def ctrl_c_message(run_dir: Path, plain: dict[str, Any], presses: int) -> str:
             f"interrupted by Ctrl-C{twice}; the checkpoint of step {meta['step']} stays: rerun "
             "to resume from it"
         )
-    if plain["checkpoint_every"] == 0 and presses <= 1:
+    if job.checkpoint_every == 0 and presses <= 1:
         return "interrupted by Ctrl-C (no checkpoint: checkpoint_every=0)"
     return f"interrupted by Ctrl-C{twice}, before its first checkpoint: a rerun starts over"
 
@@ -531,39 +470,39 @@ def worker_main(
     bundle=None,
     worker: d.Worker | None = None,
 ) -> str:
-    """Entry point of one worker process; returns the run's status as this worker saw it."""
+    """Entry point of one worker process; returns the run's status as this worker saw it.
+    `cfg`: the run's record (schema.record), read through its typed job."""
     if worker is None:  # spawned by run.py on this machine
         d.become_spawned_worker()
         startup.defer_dynamo()
         worker = d.Worker(rank, world_size, rank, world_size, external=False)
         os.environ["RANK"], os.environ["WORLD_SIZE"] = str(rank), str(world_size)
+    job = job_of(cfg)
     # Stop requests are caught from the start; the workers agree on them in the loop.
     stopper = Stopper(
         rank=worker.rank,
         world_size=worker.world_size,
         group=None,
-        poll_steps=cfg["checkpoint"]["poll_steps"],
+        poll_steps=job.checkpoint.poll_steps,
         anywhere=True,
-        simulate_at_step=cfg["checkpoint"].get("simulate_signal_at_step"),
-        checkpoint_on_interrupt=cfg["checkpoint_every"] > 0,
-        timeout_s=cfg["dist_timeout_s"],
+        simulate_at_step=job.checkpoint.simulate_signal_at_step,
+        checkpoint_on_interrupt=job.checkpoint_every > 0,
+        timeout_s=job.dist_timeout_s,
     )
-    if cfg["checkpoint"]["on_signal"]:
+    if job.checkpoint.on_signal:
         stopper.install()
     else:  # the default of each: a stop signal ends the worker at once
         for sig in d.forwarded_signals():
             signal.signal(sig, signal.default_int_handler if sig == signal.SIGINT else SIG_DFL)
     d.unblock_stop_signals()  # a stop that came while this worker started up: now
     backend = d.choose_backend(
-        cfg["cluster"]["backend"], worker.local_rank, worker.local_world_size, cfg["cluster"]
+        job.cluster.backend, worker.local_rank, worker.local_world_size, cfg["cluster"]
     )
-    threads = cfg.get("threads_per_worker") or max(
-        1, (os.cpu_count() or 1) // worker.local_world_size
-    )
+    threads = job.threads_per_worker or max(1, (os.cpu_count() or 1) // worker.local_world_size)
     torch.set_num_threads(threads)
     clean = False
     try:
-        stopper.group = d.init(worker, backend, cfg["dist_timeout_s"])
+        stopper.group = d.init(worker, backend, job.dist_timeout_s)
         status = train_worker(cfg, Path(run_dir), worker, backend, bundle, stopper)
         clean = True
     except Exception as e:
@@ -588,18 +527,34 @@ def worker_main(
 _INIT_LOCK = threading.Lock()
 
 
-def initial_model(cfg: dict, bundle) -> torch.nn.Module:
+def job_of(cfg: dict[str, Any]) -> Config:
+    """The typed job of the run record `cfg` (schema.from_record), typed once per process and
+    record: the worker threads of one run (cluster=sim) share it, and nothing changes it."""
+    key = canonical_json(cfg)
+    with _JOBS_LOCK:
+        if key not in _JOBS:
+            if len(_JOBS) >= 64:  # a sweep's process: the runs before are done
+                _JOBS.clear()
+            _JOBS[key] = from_record(cfg)
+        return _JOBS[key]
+
+
+_JOBS: dict[str, Config] = {}
+_JOBS_LOCK = threading.Lock()
+
+
+def initial_model(job: Config, bundle) -> torch.nn.Module:
     """The initial model, the same on every worker: built from torch's global generator seeded
     `seed`, under a lock and with the generator's state saved and restored (`fork_rng`), so
     that a worker thread draws the numbers a worker process draws and nothing else sees them."""
     from experiments.training.models import build_model
 
     with _INIT_LOCK, torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg["seed"])
-        return build_model(cfg["model"], bundle.in_channels, bundle.num_classes)
+        torch.manual_seed(job.seed)
+        return build_model(asdict(job.model), bundle.in_channels, bundle.num_classes)
 
 
-def worker_loader(cfg: dict, bundle, shards, rank: int, in_threads: bool, device: torch.device):
+def worker_loader(job: Config, bundle, shards, rank: int, in_threads: bool, device: torch.device):
     """Worker `rank`'s training data: its shard of `shards` (the partition, from
     `partition.seed`), in the order and with the augmentation drawn from `seed` and the rank
     only. Nothing here depends on the algorithm: the same seed gives every method the same
@@ -611,17 +566,19 @@ def worker_loader(cfg: dict, bundle, shards, rank: int, in_threads: bool, device
 
     # One generator, the sampler's (experiments/data/datasets.py). The loader's own generator
     # only seeds its worker processes, which draw nothing.
-    order_seed = cfg["seed"] * 1_000_003 + rank
+    order_seed = job.seed * 1_000_003 + rank
     shard = Subset(bundle.train, shards[rank].tolist())
     if bundle.augment is not None:
         shard = Augmented(shard, bundle.augment)
     # Loader processes forked from a process with running threads may deadlock (a lock held by
     # another thread at the fork): worker threads load in their own thread. The data are the
-    # same (the sampler's keys carry the random numbers).
-    num_loader_workers = 0 if in_threads else int(cfg["dataset"].get("num_workers", 0) or 0)
+    # same (the sampler's keys carry the random numbers). The in-memory datasets have no loader
+    # processes.
+    loads = isinstance(job.dataset, Cifar10) and not in_threads
+    num_loader_workers = job.dataset.num_workers if loads else 0
     return DataLoader(
         shard,
-        batch_size=cfg["batch_size"],
+        batch_size=job.batch_size,
         # = shuffle=True (same order), plus a position for runs resumed mid-epoch
         sampler=ResumableRandomSampler(shard, generator=torch.Generator().manual_seed(order_seed)),
         generator=torch.Generator().manual_seed(order_seed),
@@ -649,6 +606,9 @@ def train_worker(
     """Build this worker's data, model, optimizer and algorithm, resume from the run's
     checkpoint if there is one, train, and (rank 0) write the summary. Returns the status.
 
+    `cfg`: the run's record (schema.record), what the data loaders, the checkpoints and the
+    sinks take; everything else reads its typed job (`job_of`).
+
     `group`: where the collectives go (algorithms/group.py; None: torch.distributed's default
     group); `device`: this worker's device (None: from the backend and the local rank);
     `batched`: the in-process workers' batched passes (experiments/workers/batched.py), or
@@ -665,56 +625,53 @@ def train_worker(
     from experiments.store.log import make_sinks
     from experiments.training.loop import Checkpointing, LoopSettings, train
 
+    job = job_of(cfg)
     rank, m = worker.rank, worker.world_size
     if device is None:
         device = d.device_for(backend, worker.local_rank, worker.local_world_size, cfg["cluster"])
-    dtype = DTYPES[cfg.get("dtype", "float32")]
-    compression = (cfg.get("comm") or {}).get("compression", "none")  # issue 17
-    comm = Comm(group=group, clock=make_clock(cfg, rank, m), compression=compression)
+    dtype = DTYPES[job.dtype]
+    compression = str(job.comm.compression)  # issue 17
+    comm = Comm(group=group, clock=make_clock(job, rank, m), compression=compression)
 
     if bundle is None:
         bundle = load_dataset(cfg["dataset"])
     shards = make_partition(cfg["partition"], bundle.train_labels, m)  # partition.seed
 
-    model = initial_model(cfg, bundle).to(device, dtype)  # identical on every worker ...
+    model = initial_model(job, bundle).to(device, dtype)  # identical on every worker ...
     comm.broadcast_(list(model.parameters()) + list(model.buffers()), src=0)  # ... guaranteed
     replica = rank if batched_rank is None else batched_rank
     if batched is not None:  # before the optimizer and the algorithm take its parameters
         batched.adopt(replica, model)
 
     in_threads = isinstance(comm.group, ThreadGroup)
-    train_loader = worker_loader(cfg, bundle, shards, rank, in_threads, device)
-    eval_bs = cfg["eval_batch_size"]
+    train_loader = worker_loader(job, bundle, shards, rank, in_threads, device)
+    eval_bs = job.eval_batch_size
     test_full = DataLoader(bundle.test, batch_size=eval_bs)
     test_shard = DataLoader(Subset(bundle.test, range(rank, len(bundle.test), m)), eval_bs)
 
-    schedule = {
-        k: cfg[k]
-        for k in ("lr", "batch_size", "epochs", "warmup_epochs", "lr_decay_at", "lr_decay")
-    }
-    schedule["workers"] = m
-    schedule["limit"] = torch.finfo(dtype).max  # beyond: inf, a diverged run (schedule.py)
-    name = cfg["algorithm"]["name"]
+    # beyond the dtype's largest number the LR is inf, a diverged run (schedule.py)
+    schedule = Schedule.of(job, workers=m, limit=torch.finfo(dtype).max)
+    name = job.algorithm.name
     algo_cfg = algorithms.make_config(
         name, {k: v for k, v in cfg["algorithm"].items() if k != "name"}
     )
     optimizer = algorithms.REGISTRY[name].local_optimizer(
         algo_cfg,
         model,
-        lr=cfg["lr"],
-        momentum=cfg["momentum"],
-        nesterov=cfg["nesterov"],
+        lr=job.lr,
+        momentum=job.momentum,
+        nesterov=job.nesterov,
         # a float the dtype cannot hold is its infinity, as for the LR (schedule.py)
-        weight_decay=_in_range(cfg["weight_decay"], dtype),
+        weight_decay=_in_range(job.weight_decay, dtype),
     )
-    algo = algorithms.REGISTRY[name](model, optimizer, comm, algo_cfg, tau=cfg["tau"])
+    algo = algorithms.REGISTRY[name](model, optimizer, comm, algo_cfg, tau=job.tau)
 
     # Resume: every rank loads its own file of the latest checkpoint (verified again here:
     # under srun each worker reads it from the shared file system).
     meta = ckpt.verify(run_dir, cfg, ranks=[rank])
     resume = ckpt.load(run_dir, meta, rank) if meta is not None else None
     checkpointing = None
-    if stopper is not None and (cfg["checkpoint_every"] > 0 or cfg["checkpoint"]["on_signal"]):
+    if stopper is not None and (job.checkpoint_every > 0 or job.checkpoint.on_signal):
         stopper.anywhere = algo.checkpoint_anywhere
         if meta is not None:
             stopper.forget_simulation_before(meta["step"])
@@ -737,7 +694,7 @@ def train_worker(
             )
 
         checkpointing = Checkpointing(
-            save=save, stopper=stopper, every=cfg["checkpoint_every"], resume=resume
+            save=save, stopper=stopper, every=job.checkpoint_every, resume=resume
         )
     elif resume is not None:
         raise UserError(
@@ -761,11 +718,11 @@ def train_worker(
         # collectives and their short `dist_timeout_s` start together.
         stopper.group.barrier()
     settings = LoopSettings(
-        epochs=cfg["epochs"],
-        eval_every=cfg["eval_every"],
+        epochs=job.epochs,
+        eval_every=job.eval_every,
         schedule=schedule,
         dtype=dtype,
-        progress=cfg.get("progress", True) if progress is None else progress,
+        progress=job.progress if progress is None else progress,
         heartbeat=run_dir / HEARTBEAT if rank == 0 else None,
         forward_backward=None if batched is None else partial(batched.forward_backward, replica),
         optimizer_step=None if batched is None else partial(batched.optimizer_step, replica),

@@ -95,7 +95,8 @@ def test_placement_mismatch_is_a_one_line_error_before_any_worker_starts(
 
     fake_gpus(monkeypatch, visible)
     monkeypatch.setattr(d, "bound_by_srun", lambda env=None: False)
-    cfg = {"workers": workers, "cluster": {"backend": "auto", "device": "auto", **cluster}}
+    node = {"backend": "auto", "device": "auto", "workers_per_gpu": 1, "in_process": False}
+    cfg = {"workers": workers, "cluster": {**node, **cluster}}
     with pytest.raises(UserError, match=message.replace("(", r"\(").replace(")", r"\)")) as e:
         check_devices(cfg, None)
     assert "\n" not in str(e.value)

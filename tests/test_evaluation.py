@@ -172,12 +172,13 @@ class _ScrambleAtFinish(LocalSGD):
 
 
 def _train_then_scramble(rank: int, world_size: int) -> dict:
-    from experiments.training.clock import make_clock
+    from experiments.training.clock import Compute, Network, RealClock
     from experiments.training.loop import LoopSettings, train
+    from experiments.training.schedule import Schedule
 
     model = _tiny()
     opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9, nesterov=True)
-    comm = Comm(clock=make_clock({"timing": "real", "network": {}, "seed": 0}, rank, world_size))
+    comm = Comm(clock=RealClock(rank, Network(), Compute(None, (1.0,) * world_size)))
     algo = _ScrambleAtFinish(model, opt, comm, LocalSGD.Config(), tau=100)  # never averages
     xs, ys = zip(*prototype_batches(rank, 6, noise=1.5), strict=True)
     train_loader = DataLoader(TensorDataset(torch.cat(xs), torch.cat(ys)), batch_size=8)
@@ -193,7 +194,7 @@ def _train_then_scramble(rank: int, world_size: int) -> dict:
     settings = LoopSettings(
         epochs=2,
         eval_every=1,
-        schedule=dict(lr=0.1, batch_size=8, workers=world_size, epochs=2),
+        schedule=Schedule(0.1, 8, world_size, 2, warmup_epochs=0, lr_decay_at=(), lr_decay=1),
         dtype=D,
         progress=False,
     )

@@ -9,6 +9,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from experiments.config import schema
 from experiments.data.datasets import load_dataset
 from experiments.data.partition import make_partition
 from experiments.runner import initial_model, worker_loader
@@ -32,14 +33,15 @@ def _config(algorithm: str, seed: int) -> dict:
 
 def _what_a_seed_fixes(algorithm: str, seed: int) -> tuple[list, list, list, dict]:
     cfg = _config(algorithm, seed)
+    job = schema.from_record(cfg)
     bundle = load_dataset(cfg["dataset"])
     shards = make_partition(cfg["partition"], bundle.train_labels, cfg["workers"])
     orders, first_batches = [], []
     for rank in range(cfg["workers"]):
-        loader = worker_loader(cfg, bundle, shards, rank, True, torch.device("cpu"))
+        loader = worker_loader(job, bundle, shards, rank, True, torch.device("cpu"))
         orders.append(list(iter(loader.sampler)))
         first_batches.append(next(iter(loader))[0])
-    model = initial_model(cfg, bundle).state_dict()
+    model = initial_model(job, bundle).state_dict()
     return [s.tolist() for s in shards], orders, first_batches, model
 
 

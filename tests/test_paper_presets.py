@@ -10,6 +10,7 @@ import math
 import pytest
 
 from analysis.grid import PointConfigs, compose_preset, expand_sweeps
+from experiments.config import schema
 from experiments.config.tuned import load_tuned
 from experiments.training.clock import Network
 from experiments.training.models import build_model
@@ -71,7 +72,8 @@ def fig4_closed_form(scale: str) -> dict[str, float]:
     (tau = 2) at `scale` (the algorithm's own work is not in `compute_s`)."""
     cfg = composed("experiment=fig4", f"scale={scale}", "algorithm=sync_sgd")
     m, step = cfg["workers"], cfg["compute"]["step_time_s"]
-    t = Network.from_config(cfg["network"]).collective_time(gradient_bytes(cfg), m)
+    network = Network.from_config(schema.Network(**cfg["network"]))
+    t = network.collective_time(gradient_bytes(cfg), m)
     steps_per_epoch = math.ceil(train_samples(cfg) // m / cfg["batch_size"])
     total = cfg["epochs"] * steps_per_epoch
     exposed = overlap_exposed(steps_per_epoch, cfg["epochs"], cfg["eval_every"], cfg["tau"],
@@ -109,7 +111,8 @@ def test_the_calibrated_network_is_the_scales_and_a_users_choice_wins():
     assert chosen["network"]["name"] == "ethernet10g"
     assert chosen["network"]["bandwidth_gbps"] == 10.0
     # ethernet10g with the paper's 0.173 s step: 38.9% (algorithms.md 12.16)
-    t = Network.from_config(chosen["network"]).collective_time(gradient_bytes(chosen), 16)
+    network = Network.from_config(schema.Network(**chosen["network"]))
+    t = network.collective_time(gradient_bytes(chosen), 16)
     assert t / chosen["compute"]["step_time_s"] == pytest.approx(0.389, abs=0.001)
 
 

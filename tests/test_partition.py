@@ -189,11 +189,11 @@ def test_default_partition_seed_is_the_references_whatever_the_run_seed():
 
 @pytest.mark.parametrize("partition", ["iid", "noniid", "dirichlet"])
 def test_two_run_seeds_share_shards_two_partition_seeds_do_not(partition):
-    """What the runner does with a composed config (experiments.runner.check_data and its
+    """What the runner does with a composed config (experiments.checks.machine.check_data and its
     workers' `make_partition(cfg["partition"], labels, workers)`): the run's `seed` leaves the
     shards and the data card alone; `partition.seed` moves them."""
+    from experiments.checks.machine import check_data
     from experiments.data.datasets import load_dataset
-    from experiments.runner import check_data
     from tests.compose import resolved
 
     def plain(*overrides: str) -> dict:

@@ -27,6 +27,7 @@ import torch.distributed as dist
 from omegaconf import OmegaConf
 
 import algorithms
+from experiments.config import schema
 from experiments.errors import UserError, WorkerFailed
 from tests.compose import composed
 from tests.workers import run_workers
@@ -258,6 +259,7 @@ def test_a_sim_worker_draws_what_a_worker_process_draws():
     from experiments.runner import initial_model
 
     cfg = config("sim")
+    job = schema.from_record(cfg)
     bundle = load_dataset(cfg["dataset"])
     torch.manual_seed(123)
     before = torch.get_rng_state()
@@ -265,7 +267,7 @@ def test_a_sim_worker_draws_what_a_worker_process_draws():
 
     def build(i):
         models[i] = torch.cat(
-            [p.detach().flatten() for p in initial_model(cfg, bundle).parameters()]
+            [p.detach().flatten() for p in initial_model(job, bundle).parameters()]
         )
 
     threads = [threading.Thread(target=build, args=(i,)) for i in range(4)]

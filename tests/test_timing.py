@@ -3,6 +3,7 @@ communication layer, the ledger invariant, and the closed forms the model must r
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 
@@ -10,6 +11,7 @@ import pytest
 import torch
 
 from algorithms.comm import Comm
+from experiments.config import schema
 from experiments.training.clock import (
     Compute,
     Network,
@@ -21,6 +23,7 @@ from experiments.training.clock import (
 )
 from experiments.training.models import TinyCNN
 from tests.cli import run_py_with_workers_here as run_py  # run.py here, its workers real
+from tests.compose import composed
 
 RESNET18_BYTES = 11_173_962 * 4
 
@@ -44,6 +47,16 @@ def test_parameter_server_formula():
     assert net.collective_time(1e6, 8) == pytest.approx(ps_time(1e6, 8, 2, 1e-3, 1.0))
 
 
+def network_node(**values):
+    """The composed config's `network` node (ideal), typed, with `values` in place."""
+    return dataclasses.replace(schema.typed(composed("network=ideal")).network, **values)
+
+
+def compute_node(**values):
+    """The composed config's `compute` node, typed, with `values` in place."""
+    return dataclasses.replace(schema.typed(composed()).compute, **values)
+
+
 @pytest.mark.parametrize(
     "cfg, message",
     [
@@ -55,7 +68,7 @@ def test_parameter_server_formula():
 )
 def test_bad_network_values(cfg, message):
     with pytest.raises(ValueError, match=message):
-        Network.from_config(cfg)
+        Network.from_config(network_node(**cfg))
 
 
 def test_slowdown_patterns():
@@ -74,13 +87,14 @@ def test_slowdown_patterns():
 
 def test_stragglers_are_seeded_by_seed_rank_step():
     cfg = {"step_time_s": 0.1, "straggler_prob": 0.3, "straggler_factor": 4.0}
-    c = Compute.from_config(cfg, m=2, seed=0)
+    c = Compute.from_config(compute_node(**cfg), m=2, seed=0)
     times = [c.step_time(1, s, measured_s=99.0) for s in range(200)]
     assert {round(t, 12) for t in times} == {0.1, 0.4}
     assert 30 < sum(t > 0.2 for t in times) < 90  # about 30% of 200
     assert times == [c.step_time(1, s, 0.0) for s in range(200)]  # deterministic
     other_rank = [c.step_time(0, s, 0.0) for s in range(200)]
-    other_seed = [Compute.from_config(cfg, 2, seed=1).step_time(1, s, 0.0) for s in range(200)]
+    other = Compute.from_config(compute_node(**cfg), 2, seed=1)
+    other_seed = [other.step_time(1, s, 0.0) for s in range(200)]
     assert times != other_rank and times != other_seed
 
 
@@ -96,19 +110,21 @@ def test_stragglers_are_seeded_by_seed_rank_step():
 )
 def test_bad_compute_times(cfg, message):
     with pytest.raises(ValueError, match=message):
-        Compute.from_config(cfg, m=2, seed=0)
+        Compute.from_config(compute_node(**cfg), m=2, seed=0)
 
 
 def test_compute_times_measured_or_pinned():
-    measured = Compute.from_config({}, m=2, seed=0)
+    node = compute_node(step_time_s="measured", algo_time_s="measured")
+    measured = Compute.from_config(node, m=2, seed=0)
     assert measured.step_time_s is None and measured.algo_time_s is None  # both `measured`
-    pinned = Compute.from_config({"step_time_s": 0.1, "algo_time_s": 0}, m=2, seed=0)
+    pinned = Compute.from_config(compute_node(step_time_s=0.1, algo_time_s=0), m=2, seed=0)
     assert (pinned.step_time_s, pinned.algo_time_s) == (0.1, 0.0)
     assert pinned.algo_time(0, 0) == 0.0  # not charged
 
 
 def test_measured_step_time_scales_the_measurement():
-    c = Compute.from_config({"slowdown": "one_slow", "factor": 3}, m=2, seed=0)
+    node = compute_node(step_time_s="measured", slowdown="one_slow", factor=3)
+    c = Compute.from_config(node, m=2, seed=0)
     assert c.step_time(0, 0, measured_s=0.02) == pytest.approx(0.02)
     assert c.step_time(1, 0, measured_s=0.02) == pytest.approx(0.06)
 

@@ -1,8 +1,8 @@
 """W&B never hangs a command and never fails a finished run (issue 36 item 4).
 
 wandb.mode=online is checked once per command, before any work, against the W&B server
-(experiments/preflight.py `wandb_login_problem`): no network, a server that does not answer or
-a key it refuses is one line and exit code 2 within seconds. A W&B lost after that check
+(experiments/checks/wandb_login.py `wandb_login_problem`): no network, a server that does not
+answer or a key it refuses is one line and exit code 2 within seconds. A W&B lost after that check
 (experiments/store/log.py `WandbSink`): an online start that fails goes on offline with one
 warning; a `log` or the end that raises is one warning and the run goes on; a finished training
 is recorded as it finished. The W&B server here is a local stand-in (`fake_wandb`) or a closed
@@ -25,6 +25,7 @@ from typing import Any
 import pytest
 
 from experiments import preflight
+from experiments.checks import wandb_login
 from experiments.store import log
 from tests.cli import run_py_here
 from tests.fixtures import make_fixtures as fx
@@ -122,7 +123,7 @@ def test_a_refused_key_is_one_line_and_exit_2(tmp_path: Path) -> None:
 def test_a_server_that_does_not_answer_is_refused_within_the_timeout(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(preflight, "WANDB_CHECK_TIMEOUT_S", 1.0)
+    monkeypatch.setattr(wandb_login, "WANDB_CHECK_TIMEOUT_S", 1.0)
     with fake_wandb(silent=True) as (url, _):
         start = time.monotonic()
         proc = run_py_here(*FAST, "wandb.mode=online", f"out_root={tmp_path}", env=online(url))

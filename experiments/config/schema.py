@@ -33,6 +33,7 @@ import sys
 import tokenize
 import types
 import typing
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Optional  # noqa: UP035 - OmegaConf reads these annotations
 
@@ -447,6 +448,43 @@ def register() -> None:
             store.store(group=f"schema/{group}", name=option, node=schema)
     for name in algorithms.CONFIGS:
         store.store(group="schema/algorithm", name=name, node=algorithm_schema(name))
+
+
+# --- the typed job and its record ---------------------------------------------------------
+
+
+def typed(cfg: DictConfig) -> Config:
+    """The composed job config `cfg` (no `hydra` node) as the schema's dataclasses, every
+    interpolation resolved: what the run's code reads (attributes, each default once, here). A
+    copy that lost the root's type (`OmegaConf.masked_copy`, as the sweeper leaves out `hydra`)
+    gets it back; its group nodes keep theirs."""
+    if OmegaConf.get_type(cfg) is not Config:
+        cfg = OmegaConf.merge(OmegaConf.structured(Config), cfg)
+    return OmegaConf.to_object(cfg)  # type: ignore[return-value]
+
+
+def record(config: Config) -> dict[str, Any]:
+    """The typed job `config` as plain containers, enums as strings, without the request
+    `rerun`: what the run writes (config.yaml, the identity, checkpoints, W&B), what the
+    pre-flight checks value by value, what crosses to worker processes and threads, and what the
+    data loaders read. Its keys are in the composed config's order (the schema's field order,
+    which composition follows: tests/test_schema_defaults.py compares every preset)."""
+    out: dict[str, Any] = OmegaConf.to_container(OmegaConf.structured(config), enum_to_str=True)
+    out.pop("rerun")  # a request, not part of the run
+    return out
+
+
+def from_record(plain: Mapping[str, Any]) -> Config:
+    """The typed job of a record (`record`'s output): each group node typed by its option's
+    schema, as Hydra types it while composing; a value the schema refuses raises. The record
+    holds no `rerun`: the run's directory was settled before any worker reads the job."""
+    node = OmegaConf.structured(Config)
+    for group, options in GROUP_SCHEMAS.items():
+        node[group] = OmegaConf.structured(options[plain[group]["name"]])
+    # the schema register() made (algorithm_schema makes a new class on every call)
+    node.algorithm = OmegaConf.structured(globals()[f"algorithm_{plain['algorithm']['name']}"])
+    node.rerun = False
+    return OmegaConf.to_object(OmegaConf.merge(node, plain))  # type: ignore[return-value]
 
 
 # --- keys that no schema declares -----------------------------------------------------------

@@ -112,7 +112,7 @@ def wandb_tags(cfg: dict[str, Any]) -> list[str]:
 
     tags = [f"{key.removesuffix('.name')}={_tag_value(v)}" for key, v in series(cfg).items()]
     tags += [
-        f"scale={(cfg.get('scale') or {}).get('name', 'custom')}",
+        f"scale={cfg['scale']['name']}",
         f"dataset={cfg['dataset']['name']}",
         f"timing={cfg['timing']}",
     ]
@@ -299,10 +299,7 @@ class WandbSink:
         else:  # as analysis/convergence.py reads a run without its LR column
             cfg = self._cfg
             starts = decay_starts(
-                cfg.get("epochs"),
-                cfg.get("lr_decay_at") or [],
-                cfg.get("lr_decay", 0.1),
-                cfg.get("warmup_epochs", 0),
+                cfg["epochs"], cfg["lr_decay_at"], cfg["lr_decay"], cfg["warmup_epochs"]
             )
             epochs = [number(r, "epoch") for r in rows]
             decays = [sum(e <= s for e in epochs) for s in starts]

@@ -50,12 +50,15 @@ from __future__ import annotations
 
 import math
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import partial
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
+
+if TYPE_CHECKING:
+    from experiments.config import schema
 
 SLOWDOWN_PATTERNS = ("none", "one_slow", "half_slow", "lognormal")
 TOPOLOGIES = ("allreduce", "ps")
@@ -85,13 +88,14 @@ class Network:
     ps_servers: int = 1
 
     @classmethod
-    def from_config(cls, cfg: Mapping) -> Network:
+    def from_config(cls, node: schema.Network) -> Network:
+        """The network of the config's `network` node; a value that cannot be one raises."""
         net = cls(
-            name=str(cfg.get("name", "custom")),
-            latency_s=float(cfg.get("latency_s", 0.0)),
-            bandwidth_gbps=float(cfg.get("bandwidth_gbps", math.inf)),
-            topology=str(cfg.get("topology", "allreduce")),
-            ps_servers=int(cfg.get("ps_servers", 1)),
+            name=str(node.name),
+            latency_s=float(node.latency_s),
+            bandwidth_gbps=float(node.bandwidth_gbps),
+            topology=str(node.topology),
+            ps_servers=int(node.ps_servers),
         )
         if net.latency_s < 0 or math.isnan(net.latency_s):
             raise ValueError(f"network.latency_s must be >= 0, got {net.latency_s}")
@@ -151,9 +155,9 @@ def slowdown_factors(
 MEASURED = "measured"
 
 
-def _seconds(cfg: Mapping, key: str, default: Any, positive: bool) -> float | None:
-    """A `compute.` time: `measured` (None) or a number of seconds (> 0, or >= 0)."""
-    value = cfg.get(key, default)
+def _seconds(value: Any, key: str, positive: bool) -> float | None:
+    """The `compute.<key>` time `value`: `measured` (None) or a number of seconds (> 0, or
+    >= 0)."""
     if value == MEASURED or value is None:
         return None
     bound = "> 0" if positive else ">= 0"
@@ -184,20 +188,22 @@ class Compute:
     algo_time_s: float | None = 0.0
 
     @classmethod
-    def from_config(cls, cfg: Mapping, m: int, seed: int) -> Compute:
-        step_time = _seconds(cfg, "step_time_s", MEASURED, positive=True)
-        algo_time = _seconds(cfg, "algo_time_s", MEASURED, positive=False)
-        prob = float(cfg.get("straggler_prob", 0.0))
+    def from_config(cls, node: schema.Compute, m: int, seed: int) -> Compute:
+        """The worker speeds of the config's `compute` node among `m` workers, drawn from
+        `seed`; a value that cannot be one raises."""
+        step_time = _seconds(node.step_time_s, "step_time_s", positive=True)
+        algo_time = _seconds(node.algo_time_s, "algo_time_s", positive=False)
+        prob = float(node.straggler_prob)
         if not 0 <= prob <= 1:
             raise ValueError(f"compute.straggler_prob must be in [0, 1], got {prob}")
-        straggler = float(cfg.get("straggler_factor", 1.0))
+        straggler = float(node.straggler_factor)
         if not straggler >= 1:
             raise ValueError(f"compute.straggler_factor must be >= 1, got {straggler}")
         factors = slowdown_factors(
-            cfg.get("slowdown", "none"),
+            node.slowdown,
             m,
-            factor=float(cfg.get("factor", 2.0)),
-            sigma=float(cfg.get("sigma", 0.5)),
+            factor=float(node.factor),
+            sigma=float(node.sigma),
             seed=seed,
         )
         return cls(step_time, tuple(factors), prob, straggler, seed, algo_time)
@@ -264,6 +270,7 @@ class VirtualClock:
     """A deterministic per-worker clock (timing.md, "Two clocks"); never sleeps."""
 
     virtual = True
+    emulate_compute = False  # it never sleeps
 
     def __init__(self, rank: int, network: Network, compute: Compute):
         self.rank, self.network, self.compute = rank, network, compute
@@ -326,17 +333,17 @@ class DeviceTimer:
         return self.clock()
 
 
-def make_clock(cfg: Mapping, rank: int, m: int) -> RealClock | VirtualClock:
-    """The clock of worker `rank` for the run config `cfg` (top-level keys `timing`, `network`,
-    `compute`, `emulate_network`, `emulate_compute`, `seed`)."""
-    network = Network.from_config(cfg["network"])
-    compute = Compute.from_config(cfg.get("compute") or {}, m, cfg["seed"])
-    if cfg["timing"] == "virtual":
+def make_clock(job: schema.Config, rank: int, m: int) -> RealClock | VirtualClock:
+    """The clock of worker `rank` of `m` for the typed run config `job` (its `timing`,
+    `network`, `compute`, `emulate_network`, `emulate_compute`, `seed`)."""
+    network = Network.from_config(job.network)
+    compute = Compute.from_config(job.compute, m, job.seed)
+    if job.timing == "virtual":
         return VirtualClock(rank, network, compute)
     return RealClock(
         rank,
         network,
         compute,
-        emulate_network=bool(cfg.get("emulate_network", False)),
-        emulate_compute=bool(cfg.get("emulate_compute", False)),
+        emulate_network=job.emulate_network,
+        emulate_compute=job.emulate_compute,
     )

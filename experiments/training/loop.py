@@ -49,14 +49,14 @@ from experiments.store.checkpoint import Stopper
 from experiments.store.records import write_json_atomic
 from experiments.training.evaluate import evaluate, fixed_batches, loss_and_correct
 from experiments.training.faults import Fault
-from experiments.training.schedule import lr_at
+from experiments.training.schedule import Schedule
 
 
 @dataclass
 class LoopSettings:
     epochs: int
     eval_every: int
-    schedule: dict  # keyword arguments of experiments.training.schedule.lr_at
+    schedule: Schedule  # the LR of each step
     dtype: torch.dtype = torch.float32
     progress: bool = True
     heartbeat: Path | None = None  # rank 0: a file rewritten every HEARTBEAT_S while training
@@ -194,13 +194,13 @@ def train(
             t1 = time.perf_counter()
             step = pos.step
             fault.check(step)
-            lr = lr_at(step, steps_per_epoch, **settings.schedule)
+            lr = settings.schedule.lr_at(step, steps_per_epoch)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             exposed_before = ledger.exposed_s
 
             loss = step_pass(model, optimizer, x, y)
-            if getattr(clock, "emulate_compute", False):
+            if clock.emulate_compute:
                 _synchronize(device)  # sleeps to the modeled step: the step's device time
             # The clock takes the step's compute here, before any collective of the hooks:
             # virtual: adds the modeled step time and algorithm work; real: sleeps to the
@@ -338,7 +338,7 @@ def train(
     progress.close()
     if ckpt is not None:
         ckpt.stopper.close()
-    row = pos.row
+    row = pos.row  # the last evaluation's metrics (none when no evaluation ran)
     return {
         "status": status,
         "final/test_acc": row.get("test/acc"),
@@ -386,7 +386,7 @@ def _calibration(algo: Algorithm, comm: Comm, loader, device, settings: LoopSett
                 loader.dataset, loader.batch_size, device, settings.dtype
             )
             return calibrate.calibrate(
-                algo, clock.compute, batch, lambda t: lr_at(t, steps_per_epoch, **settings.schedule)
+                algo, clock.compute, batch, lambda t: settings.schedule.lr_at(t, steps_per_epoch)
             )
 
         shared = settings.shared_calibration

@@ -104,7 +104,7 @@ class TinyCNN(nn.Module):
 
 def build_model(cfg: Mapping, in_channels: int, num_classes: int) -> nn.Module:
     """Build the network named by the Hydra `model` node (`name`, `width`) for a dataset's shape."""
-    name, width = cfg.get("name"), check_model(cfg)  # torch-free (the pre-flight's)
+    name, width = cfg["name"], check_model(cfg)  # torch-free (the pre-flight's)
     if name == "resnet18":
         return ResNet18(num_classes=num_classes, in_channels=in_channels, width=width)
     return TinyCNN(in_channels, num_classes, width=width)

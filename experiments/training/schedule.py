@@ -26,6 +26,11 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from experiments.config.schema import Config
 
 
 def peak_lr(lr: float, batch_size: int, workers: int) -> float:
@@ -79,3 +84,47 @@ def _lr_at(
     epoch = step // steps_per_epoch
     reached = sum(epoch >= e for e in decay_epochs(lr_decay_at, epochs))
     return peak * lr_decay**reached
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """One run's LR schedule: the keys of the run's config that `lr_at` reads, the workers that
+    run and the dtype's `limit`. The runner makes it and the loop asks it for each step's LR."""
+
+    lr: float
+    batch_size: int
+    workers: int
+    epochs: int
+    warmup_epochs: float
+    lr_decay_at: tuple[float, ...]
+    lr_decay: float
+    limit: float = math.inf
+
+    @classmethod
+    def of(cls, job: Config, workers: int, limit: float) -> Schedule:
+        """The schedule of the typed run config `job` among `workers` workers."""
+        return cls(
+            lr=job.lr,
+            batch_size=job.batch_size,
+            workers=workers,
+            epochs=job.epochs,
+            warmup_epochs=job.warmup_epochs,
+            lr_decay_at=tuple(job.lr_decay_at),
+            lr_decay=job.lr_decay,
+            limit=limit,
+        )
+
+    def lr_at(self, step: int, steps_per_epoch: int) -> float:
+        """The LR in force for local step `step` (the module docstring)."""
+        return lr_at(
+            step,
+            steps_per_epoch,
+            lr=self.lr,
+            batch_size=self.batch_size,
+            workers=self.workers,
+            epochs=self.epochs,
+            warmup_epochs=self.warmup_epochs,
+            lr_decay_at=self.lr_decay_at,
+            lr_decay=self.lr_decay,
+            limit=self.limit,
+        )

@@ -187,11 +187,11 @@ def place(
 
 
 def _cluster_keys(cluster: dict | None) -> dict:
-    cluster = cluster or {}
-    return {
-        "device": str(cluster.get("device") or "auto"),
-        "workers_per_gpu": cluster.get("workers_per_gpu", 1),
-    }
+    """`place`'s keywords from the run's `cluster` node; none without one (`place`'s own
+    choice: any GPU, one worker per GPU)."""
+    if cluster is None:
+        return {}
+    return {"device": str(cluster["device"]), "workers_per_gpu": cluster["workers_per_gpu"]}
 
 
 def gpu_index(local_rank: int, local_world_size: int, cluster: dict | None = None) -> int | None:

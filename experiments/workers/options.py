@@ -24,13 +24,13 @@ def lockstep_seeds(cfg: dict[str, Any]) -> int:
 
 def choice(cfg: dict[str, Any]) -> str:
     """cluster.batched as one of CHOICES (a YAML boolean or its spelling as a string)."""
-    return str(cfg["cluster"].get("batched", "auto")).lower()
+    return str(cfg["cluster"]["batched"]).lower()
 
 
 def check(cfg: dict[str, Any], algorithm_config: type) -> None:
     """One-line errors for a configuration that cluster.batched cannot run (`algorithm_config`:
     the algorithm's Config class, or its rule class: both tell `checkpoint_anywhere`)."""
-    seeds = cfg["cluster"].get("lockstep_seeds", 1)
+    seeds = cfg["cluster"]["lockstep_seeds"]
     if isinstance(seeds, bool) or not isinstance(seeds, int) or seeds < 1:
         raise UserError(f"cluster.lockstep_seeds must be a whole number >= 1, got {seeds!r}")
     value = choice(cfg)
