@@ -34,11 +34,17 @@ def _int(cfg: Mapping, key: str, default: int, minimum: int) -> int:
     return value
 
 
-def _float(cfg: Mapping, key: str, default: float) -> float:
+def _number_of(group: str, cfg: Mapping, key: str, default: float) -> float:
+    """`group`.`key` of `cfg`: a number, else a one-line UserError."""
     value = cfg.get(key, default)
     if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UserError(f"dataset.{key} must be a number, got {value!r}")
+        raise UserError(f"{group}.{key} must be a number, got {value!r}")
     return float(value)
+
+
+def _float(cfg: Mapping, key: str, default: float) -> float:
+    """A dataset knob: a number, else a one-line UserError."""
+    return _number_of("dataset", cfg, key, default)
 
 
 def unknown_dataset(name: object) -> NoReturn:
@@ -200,10 +206,7 @@ def check_dataset(cfg: Mapping) -> int | None:
 
 def number(cfg: Mapping, key: str, default: float) -> float:
     """A partition knob: a number, else a one-line UserError."""
-    value = cfg.get(key, default)
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        raise UserError(f"partition.{key} must be a number, got {value!r}")
-    return float(value)
+    return _number_of("partition", cfg, key, default)
 
 
 def partition_seed(cfg: Mapping) -> int:
