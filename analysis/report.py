@@ -66,7 +66,6 @@ if __name__ == "__main__":  # a stop while the analysis imports (seconds): one l
 import argparse  # noqa: E402 - after the handlers above
 import contextlib
 import datetime
-import shlex
 import shutil
 import warnings
 from collections.abc import Mapping, Sequence
@@ -114,6 +113,8 @@ from analysis.tables import (
 )
 from experiments.errors import UserError, one_line_errors, refuse_inert_flags
 from experiments.store.fingerprint import describe
+from experiments.store.provenance import command_line, public_path
+from experiments.store.records import git_commit
 
 FIGURE_NAME = "test_acc"
 TIME_FIGURE_NAME = "time"
@@ -138,7 +139,6 @@ FIGURES = {
     "breakdown": ("breakdown_png", "breakdown_pdf"),
 }
 KINDS = ("table", "scaling")
-REPO = Path(__file__).resolve().parents[1]
 
 
 def report(
@@ -474,57 +474,6 @@ def write_provenance(
     ]
     path.write_text("\n".join(lines) + "\n")
     return path
-
-
-def command_line(
-    args: Sequence[str],
-    out_root: str | os.PathLike | None = None,
-    module: str = "analysis.report",
-) -> str:
-    """How to type this command again, from the checkout's root: `python -m <module> <args>`,
-    every path in it as `public_path` gives it."""
-    shown = []
-    for arg in args:
-        option, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
-        shown.append(f"{option}{eq}{public_path(value, out_root)}" if eq or not option else arg)
-    return shlex.join(["python", "-m", module, *shown])
-
-
-def public_path(text: str | os.PathLike, out_root: str | os.PathLike | None = None) -> str:
-    """`text` as a path a stranger can read: relative to the checkout when inside it, `$OUT/...`
-    inside `out_root` (the sweep's output root), and `text` itself when it is no absolute path.
-    An absolute path elsewhere is named by its last two components under `$OUT` too: the
-    machine's folders are nobody else's."""
-    text = os.fspath(text)
-    if not os.path.isabs(text):
-        return text
-    path = Path(os.path.normpath(text))
-    if path == REPO or REPO in path.parents:
-        return str(path.relative_to(REPO)) or "."
-    if out_root is not None:
-        root = Path(os.path.normpath(os.fspath(out_root)))
-        if path == root:
-            return "$OUT"
-        if root in path.parents:
-            return f"$OUT/{path.relative_to(root)}"
-    return "$OUT/" + "/".join(path.parts[-2:])
-
-
-def relative_path(path: str | os.PathLike, base: str | os.PathLike = REPO) -> str:
-    """`path` relative to `base` when inside it, else as given (for what the CLIs print)."""
-    try:
-        return str(Path(path).resolve().relative_to(Path(base).resolve()))
-    except ValueError:
-        return os.fspath(path)
-
-
-def git_commit(repo: str | os.PathLike = REPO) -> str:
-    """`git rev-parse HEAD` of the suite, `-dirty` when tracked files outside `results/` differ
-    (`experiments.store.records.git_commit`); "unknown" when git or the repository is not
-    there."""
-    from experiments.store.records import git_commit as commit_of
-
-    return commit_of(repo)
 
 
 def _select(everything: Any, experiment: str, scale: str | None, where: str) -> tuple[Any, Any]:

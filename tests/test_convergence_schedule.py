@@ -228,3 +228,14 @@ def test_a_short_run_has_converged_when_4_times_longer_does_not_gain(
     assert verdict == expected  # each case still shows its side
     if not verdict:  # the case of the issue: flat at the end only because the LR decayed
         assert plateaued(short["test/acc"], short["train/loss"])
+
+
+def test_the_rule_reads_the_decay_epochs_the_schedule_applies():
+    """experiments/store/convergence.py computes the decay epochs itself (its room lies below
+    training's); they must be the schedule's."""
+    from experiments.store.convergence import decay_epochs as read
+    from experiments.training.schedule import decay_epochs as applied
+
+    for fractions in ([], [0.5], [0.5, 5 / 6], [0.3, 0.6, 0.9], [0.25, 0.75]):
+        for epochs in (1, 2, 3, 5, 6, 20, 24, 80, 300):
+            assert read(fractions, epochs) == applied(fractions, epochs), (fractions, epochs)
