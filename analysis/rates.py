@@ -20,8 +20,7 @@ import pandas as pd
 
 from analysis.load import TAU_LESS
 from experiments.config.tuned import read_tuned, tuned_entry
-
-REPO = Path(__file__).resolve().parents[1]
+from experiments.store.provenance import REPO
 
 
 def _value(value: Any) -> str:

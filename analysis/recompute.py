@@ -40,8 +40,8 @@ from pathlib import Path
 
 from analysis.records import RECORDS
 from experiments.errors import UserError, one_line_errors, refuse_inert_flags
+from experiments.store.provenance import REPO
 
-REPO = Path(__file__).resolve().parents[1]
 # Provenance lines that name this recomputation rather than the result.
 # (`sweep command` is appended by the sweep that made the runs, which a report cannot know.)
 OWN_LINES = ("command", "date", "git commit", "runs root", "sweep command", "recomputed")

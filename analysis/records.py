@@ -14,7 +14,7 @@ the same bytes):
     metrics    metrics.jsonl: one object per evaluation (accuracy, losses, LR, time ledger)
 
 Paths of the machine that made them are not in it: `out_root` and any other absolute path read
-`$OUT/...` (analysis.report.public_path), and the host's name is dropped.
+`$OUT/...` (experiments.store.provenance.public_path), and the host's name is dropped.
 
 `python -m analysis.report` takes such a file where it takes a runs root: `materialized` writes
 the records back as run directories (config.yaml, summary.json, metrics.jsonl, .hydra/) in a
@@ -43,6 +43,7 @@ import yaml
 from analysis.load import read_config, read_metrics, read_summary
 from experiments.errors import UserError
 from experiments.store import records as run_records
+from experiments.store.provenance import public_path
 
 RECORDS = "runs.jsonl.gz"
 # Keys of a summary that name the machine, not the run: dropped (the fingerprint says what
@@ -57,8 +58,6 @@ def is_records(path: str | os.PathLike) -> bool:
 
 def _public(value: Any, out_root: str | os.PathLike | None) -> Any:
     """`value` with every absolute path in it as `public_path` gives it."""
-    from analysis.report import public_path
-
     if isinstance(value, dict):
         return {k: _public(v, out_root) for k, v in value.items()}
     if isinstance(value, list):

@@ -64,10 +64,7 @@ if __name__ == "__main__":  # a stop while the analysis imports (seconds): one l
         _signal.signal(getattr(_signal, _name), _stop_early)
 
 import argparse  # noqa: E402 - after the handlers above
-import contextlib
 import datetime
-import shlex
-import shutil
 import warnings
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -97,6 +94,16 @@ from analysis.load import (
 )
 from analysis.rates import rate_lines
 from analysis.records import RECORDS, materialized, write_records
+from analysis.report_staging import (
+    BREAKDOWN_FIGURE_NAME,
+    FIGURE_NAME,
+    TIME_FIGURE_NAME,
+    ReportStopped,
+    _Signalled,
+    moved,
+    staged_report,
+    stops_raised,
+)
 from analysis.tables import (
     DEFAULT_ROWS,
     FINISHED,
@@ -114,10 +121,9 @@ from analysis.tables import (
 )
 from experiments.errors import UserError, one_line_errors, refuse_inert_flags
 from experiments.store.fingerprint import describe
+from experiments.store.provenance import command_line, public_path
+from experiments.store.records import git_commit
 
-FIGURE_NAME = "test_acc"
-TIME_FIGURE_NAME = "time"
-BREAKDOWN_FIGURE_NAME = "time_breakdown"
 # The time figure's panels, those of them the runs log.
 TIME_METRICS = ("test/acc", "train/loss")
 # Summary columns the table shows, when the runs carry them, after the accuracy.
@@ -138,7 +144,6 @@ FIGURES = {
     "breakdown": ("breakdown_png", "breakdown_pdf"),
 }
 KINDS = ("table", "scaling")
-REPO = Path(__file__).resolve().parents[1]
 
 
 def report(
@@ -476,57 +481,6 @@ def write_provenance(
     return path
 
 
-def command_line(
-    args: Sequence[str],
-    out_root: str | os.PathLike | None = None,
-    module: str = "analysis.report",
-) -> str:
-    """How to type this command again, from the checkout's root: `python -m <module> <args>`,
-    every path in it as `public_path` gives it."""
-    shown = []
-    for arg in args:
-        option, eq, value = arg.partition("=") if arg.startswith("--") else ("", "", arg)
-        shown.append(f"{option}{eq}{public_path(value, out_root)}" if eq or not option else arg)
-    return shlex.join(["python", "-m", module, *shown])
-
-
-def public_path(text: str | os.PathLike, out_root: str | os.PathLike | None = None) -> str:
-    """`text` as a path a stranger can read: relative to the checkout when inside it, `$OUT/...`
-    inside `out_root` (the sweep's output root), and `text` itself when it is no absolute path.
-    An absolute path elsewhere is named by its last two components under `$OUT` too: the
-    machine's folders are nobody else's."""
-    text = os.fspath(text)
-    if not os.path.isabs(text):
-        return text
-    path = Path(os.path.normpath(text))
-    if path == REPO or REPO in path.parents:
-        return str(path.relative_to(REPO)) or "."
-    if out_root is not None:
-        root = Path(os.path.normpath(os.fspath(out_root)))
-        if path == root:
-            return "$OUT"
-        if root in path.parents:
-            return f"$OUT/{path.relative_to(root)}"
-    return "$OUT/" + "/".join(path.parts[-2:])
-
-
-def relative_path(path: str | os.PathLike, base: str | os.PathLike = REPO) -> str:
-    """`path` relative to `base` when inside it, else as given (for what the CLIs print)."""
-    try:
-        return str(Path(path).resolve().relative_to(Path(base).resolve()))
-    except ValueError:
-        return os.fspath(path)
-
-
-def git_commit(repo: str | os.PathLike = REPO) -> str:
-    """`git rev-parse HEAD` of the suite, `-dirty` when tracked files outside `results/` differ
-    (`experiments.store.records.git_commit`); "unknown" when git or the repository is not
-    there."""
-    from experiments.store.records import git_commit as commit_of
-
-    return commit_of(repo)
-
-
 def _select(everything: Any, experiment: str, scale: str | None, where: str) -> tuple[Any, Any]:
     """The runs of `experiment` (at `scale`), and the scale they are at."""
     names = everything.get("experiment_name")
@@ -834,192 +788,6 @@ def _said_plain(result: dict[str, Any]) -> int:
             if result[key] is not None:
                 print(result[key])
     return 0
-
-
-# --- writing a report all at once -------------------------------------------------------------
-
-
-def report_files(name: str = "table") -> set[str]:
-    """The names of the files a report writes (its table's stem `name`): an --out holding any
-    other entry is not replaced whole, its other entries are someone else's (a W&B report spec,
-    notes)."""
-    tables = {f"{stem}{ext}" for stem in (name, "scaling") for ext in (".md", ".tex", ".csv")}
-    figures = {
-        f"{stem}{ext}"
-        for stem in (FIGURE_NAME, TIME_FIGURE_NAME, BREAKDOWN_FIGURE_NAME)
-        for ext in (".png", ".pdf")
-    }
-    return tables | figures | {"claims.md", "claims.json", RECORDS, "provenance.txt"}
-
-
-STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2")
-
-
-class ReportStopped(Exception):
-    """A report ended before it was complete (a signal, a full disk): nothing of it is left,
-    and the previous report in --out stays. `code`: the exit code (130 for Ctrl-C, else 2)."""
-
-    def __init__(self, message: str, code: int = 2):
-        super().__init__(message)
-        self.code = code
-
-
-def _check_out(out: Path) -> None:
-    """--out must name a folder (or nothing yet)."""
-    if out.exists() and not out.is_dir():
-        raise UserError(f"--out {out} is a file, not a folder: name a folder for the report")
-
-
-def _report_folder(out: Path, name: str) -> bool:
-    """Whether `out` holds nothing but what a report writes (it may then be replaced whole)."""
-    names = report_files(name)
-    return all(p.is_file() and not p.is_symlink() and p.name in names for p in out.iterdir())
-
-
-@contextlib.contextmanager
-def staged_report(out: str | os.PathLike, name: str = "table"):
-    """A new, empty folder beside `out` to write the report into; once the block completes it
-    replaces `out` in one step (its previous report, if any, is then removed). A failure (a
-    full disk, a signal: SIGINT is Ctrl-C, the others stop it as one) removes it and leaves
-    `out` as it was: the previous report, or nothing. Raises UserError for an `out` that
-    cannot be a report's folder (before anything is written), ReportStopped for a stop or an
-    OSError meanwhile."""
-    import errno
-    import signal
-    import tempfile
-
-    out = Path(out)
-    _check_out(out)
-    parent = out.absolute().parent
-    stops = [getattr(signal, n) for n in STOP_SIGNALS]
-
-    def hold():  # the stop signals wait (they are taken at `release`)
-        return signal.pthread_sigmask(signal.SIG_BLOCK, stops) if threading_main() else None
-
-    def release(held) -> None:
-        if held is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
-    kept = f"the previous report in {out} is unchanged" if out.exists() else "nothing written"
-    work, published = None, False
-    try:
-        try:
-            held = hold()  # the folder made and known before a stop can be taken
-            try:
-                parent.mkdir(parents=True, exist_ok=True)
-                work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
-                os.chmod(work, 0o777 & ~_umask())
-            except OSError as error:
-                why = error.strerror or error
-                raise UserError(f"cannot write the report into {out}: {why}") from None
-            finally:
-                release(held)
-            yield work
-            held = hold()  # complete: into place in one step, no stop taken meanwhile
-            try:
-                _replace_folder(work, out, name)
-                published = True
-            finally:
-                release(held)
-        except (KeyboardInterrupt, _Signalled) as stop:
-            name_ = getattr(stop, "name", "SIGINT")
-            code = 130 if name_ == "SIGINT" else 2
-            what = "interrupted by Ctrl-C" if code == 130 else f"stopped by {name_}"
-            if published:
-                raise ReportStopped(f"{what} once the report was in {out}", code) from None
-            raise ReportStopped(f"{what}: {kept}", code) from None
-        except OSError as error:
-            what = "disk full" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "cannot write"
-            why = "" if what == "disk full" else f": {error.strerror or error}"
-            raise ReportStopped(f"{what} writing the report{why}: {kept}") from None
-    finally:
-        if work is not None:
-            shutil.rmtree(work, ignore_errors=True)
-
-
-@contextlib.contextmanager
-def stops_raised():
-    """Around a command: each stop signal (STOP_SIGNALS) raises `_Signalled` in the main
-    thread (`staged_report` turns it into a ReportStopped); the previous handlers after."""
-    import signal
-
-    if not threading_main():
-        yield
-        return
-
-    def stop(signum: int, frame: Any) -> None:
-        raise _Signalled(signum)
-
-    previous = {sig: signal.signal(sig, stop) for sig in (getattr(signal, n) for n in STOP_SIGNALS)}
-    try:
-        yield
-    finally:
-        # the command's own process ends next: a stop then has nothing left to stop
-        program = __name__ == "__main__"
-        for sig, handler in previous.items():
-            signal.signal(sig, signal.SIG_IGN if program else handler)
-
-
-class _Signalled(BaseException):
-    def __init__(self, signum: int):
-        import signal
-
-        self.name = signal.Signals(signum).name
-        super().__init__(self.name)
-
-
-def threading_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
-
-
-def _umask() -> int:
-    mask = os.umask(0o022)
-    os.umask(mask)
-    return mask
-
-
-def _replace_folder(new: Path, out: Path, name: str = "table") -> None:
-    """`new` becomes `out` in one step (Linux renameat2 RENAME_EXCHANGE when `out` exists: the
-    two swap, and the old report, now at `new`, is removed by the caller); elsewhere the old
-    folder is moved aside first. An `out` that holds more than a report (someone's folder)
-    keeps it: the report's files are moved into it one by one (renames: nothing left to fail
-    for want of space), each replacing its namesake."""
-    if not out.exists():
-        os.rename(new, out)
-        return
-    if not _report_folder(out, name):
-        for made in sorted(new.iterdir()):
-            os.replace(made, out / made.name)
-        return
-    if not _exchange(new, out):
-        aside = new.with_name(new.name + ".old")
-        os.rename(out, aside)
-        os.rename(new, out)
-        os.rename(aside, new)
-
-
-def _exchange(a: Path, b: Path) -> bool:
-    """Swap the folders `a` and `b` atomically; False where the system cannot."""
-    import ctypes
-    import ctypes.util
-
-    try:
-        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        renameat2 = libc.renameat2
-    except (OSError, AttributeError):
-        return False
-    at_fdcwd, rename_exchange = -100, 2
-    done = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
-    return done == 0
-
-
-def moved(value: Any, work: Path, out: Path) -> Any:
-    """A result's path under `work` as it is now, under `out`; anything else as it is."""
-    if isinstance(value, Path) and (value == work or work in value.parents):
-        return Path(out) / value.relative_to(work)
-    return value
 
 
 if __name__ == "__main__":

@@ -36,11 +36,12 @@ import yaml
 
 from analysis.compare import run_values, varying_columns
 from analysis.load import TAU_LESS, load_runs, load_summaries
-from analysis.report import REPO, command_line, git_commit, relative_path
+from analysis.report import git_commit
 from analysis.tables import ACC as EVAL_ACC
 from analysis.tables import TIME, time_to_target
 from experiments.config.tuned import tuned_path
 from experiments.errors import UserError
+from experiments.store.provenance import REPO, command_line, relative_path
 
 RULE = (
     "best mean final validation accuracy; grid points within the seeds' spread of it (mean "

@@ -34,9 +34,9 @@ from pathlib import Path
 from typing import Any
 
 from analysis.grid import compose_preset
-from analysis.report import REPO, command_line
 from analysis.tune import print_choices, tune
 from experiments.errors import UserError, one_line_errors, refuse_inert_flags
+from experiments.store.provenance import REPO, command_line
 
 GRID = (0.05, 0.1, 0.2)
 SEEDS = (100, 101)

@@ -21,8 +21,7 @@ from pathlib import Path
 
 from analysis.stats import _magnitude, _signed
 from experiments.errors import UserError
-
-REPO = Path(__file__).resolve().parents[1]
+from experiments.store.provenance import REPO
 
 # Where each claim comes from: (paper, figure or table).
 SOURCES: dict[str, tuple[str, str]] = {

@@ -1,6 +1,7 @@
 """The seed papers' headline claims that the Overlap-Local-SGD tables do not cover, and the
 controls that show a scale can tell: registered in `analysis.claims.CLAIMS` like the others,
-tested the same way (`analysis.stats`: paired by seed, MDD at 80% power, Holm).
+tested the same way (`analysis.stats`: paired by seed, MDD at 80% power, Holm). Those that
+compare two algorithms pair by pair in every cell are rows of `PAIR_CLAIMS` (`PairClaim`).
 
 Controls (experiment=controls): before a verdict, the scale must detect effects known to exist
 and call two identical things equivalent.
@@ -43,27 +44,23 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from analysis.claims import (
+from analysis.claim_rules import (
     LOCAL,
     LOSP,
     OSP,
     OVERLAP,
     PSEUDO,
     SYNC,
-    Cell,
+    PairClaim,
     _missing,
     _summary,
-    _tau,
-    cells,
     claim,
-    combine,
-    compare,
-    each_pair,
-    equivalent,
     more_accurate,
+    pairwise,
     sooner,
 )
-from analysis.stats import Side
+from analysis.claim_runs import Cell, _tau
+from analysis.stats import Side, combine, compare, equivalent
 
 # OSP and LOSP are one algorithm on the ideal network with equal workers: equivalence within
 # half an accuracy point (the negative control's margin, stated before the runs).
@@ -143,111 +140,6 @@ def control_noniid_below_iid(runs: pd.DataFrame, report: dict) -> tuple:
 
 
 @claim(
-    "control_sync_slower_on_a_modeled_network",
-    "Positive control: on a modeled network, blocking sync SGD reaches the target accuracy later "
-    "than Local SGD at its smallest tau > 1",
-    "paired t-test of sync SGD's time to target above Local SGD's at the smallest tau > 1, on "
-    "the modeled network; a run that never reached the target counts with its training time "
-    "where that is conservative",
-)
-def control_sync_slower_on_a_modeled_network(runs: pd.DataFrame, report: dict) -> tuple:
-    """At Local SGD's smallest tau > 1 (IID runs on a network other than ideal): Local SGD
-    sooner than sync SGD."""
-    modeled = runs[runs["network"].ne("ideal") & _iid(runs)]
-    if not (modeled["algorithm"] == SYNC).any():
-        return _missing(SYNC)
-    taus = sorted(t for t in modeled.loc[modeled["algorithm"] == LOCAL, "tau"].unique() if t > 1)
-    if not taus:
-        return None, "no Local SGD run at a tau > 1 on a modeled network", []
-    # the smallest tau > 1: where Local SGD's accuracy per step is still sync SGD's, so the
-    # time to the target measures the communication saved, not an accuracy lost to a large tau
-    tau = taus[0]
-    at = modeled[
-        modeled["algorithm"].isin((SYNC, LOCAL)) & (modeled["tau"].isna() | (modeled["tau"] == tau))
-    ]
-    verdicts, details = each_pair(cells(at), LOCAL, SYNC, sooner, missing=False)
-    return combine(verdicts), f"{_tau(tau)}; " + _summary(verdicts, "cells"), details
-
-
-@claim(
-    "control_osp_equals_losp_on_ideal_network",
-    "Negative control: OSP and LOSP, the same algorithm on the ideal network with equal "
-    "workers, are reported equivalent",
-    f"paired TOST of the accuracy difference within ±{EQUIVALENT_IDENTICAL:g}, per tau",
-)
-def control_osp_equals_losp_on_ideal_network(runs: pd.DataFrame, report: dict) -> tuple:
-    """On the ideal network without slowdown, per tau: LOSP's accuracy equivalent to OSP's."""
-    ideal = runs[runs["network"].eq("ideal") & _equal_workers(runs)]
-    for name in (OSP, LOSP):
-        if not (ideal["algorithm"] == name).any():
-            return None, f"no {name} run on the ideal network with equal workers", []
-
-    def identical(cell: Cell, losp: str, osp: str) -> tuple[bool | None, str]:
-        c = equivalent(
-            losp, cell.values(losp, "acc"), osp, cell.values(osp, "acc"), EQUIVALENT_IDENTICAL
-        )
-        return c.holds, c.verdict_text()
-
-    pair = ideal[ideal["algorithm"].isin((OSP, LOSP))]
-    verdicts, details = each_pair(cells(pair), LOSP, OSP, identical, missing=False)
-    evidence = _summary(verdicts, "taus") + f"; equivalent = within {EQUIVALENT_IDENTICAL:g}"
-    return combine(verdicts), evidence, details
-
-
-@claim(
-    "overlap_above_sync_at_small_tau",
-    "Overlap-Local-SGD at tau = 1 and 2 reaches even higher accuracy than fully synchronous "
-    "SGD (Overlap-Local-SGD paper, tables 1 and 2)",
-    "paired t-test of Overlap-Local-SGD's final accuracy above sync SGD's, per partition and "
-    "tau <= 2",
-)
-def overlap_above_sync_at_small_tau(runs: pd.DataFrame, report: dict) -> tuple:
-    """Per partition and tau <= 2: Overlap-Local-SGD's final accuracy above sync SGD's."""
-    for name in (OVERLAP, SYNC):
-        if not (runs["algorithm"] == name).any():
-            return _missing(name)
-    small = runs[runs["algorithm"].eq(SYNC) | (runs["algorithm"].eq(OVERLAP) & (runs["tau"] <= 2))]
-    if not small["algorithm"].eq(OVERLAP).any():
-        return None, f"no {OVERLAP} run at tau <= 2", []
-    verdicts, details = each_pair(cells(small), OVERLAP, SYNC, more_accurate, missing=False)
-    return combine(verdicts), _summary(verdicts, "cells"), details
-
-
-@claim(
-    "losp_sooner_than_osp",
-    "LOSP reaches the target accuracy no later than OSP with heterogeneous workers (LOSP, IEEE "
-    "JSAC 2021: local compensation recovers the progress OSP's overlap leaves stale)",
-    "paired t-test of OSP's time to target above LOSP's (LOSP sooner), per tau and slowdown; "
-    "a run that never reached the target counts with its training time where that is "
-    "conservative",
-)
-def losp_sooner_than_osp(runs: pd.DataFrame, report: dict) -> tuple:
-    """Per heterogeneous condition and tau: LOSP's time to target below OSP's."""
-    hetero = runs[~_equal_workers(runs)]
-    for name in (OSP, LOSP):
-        if not (hetero["algorithm"] == name).any():
-            return None, f"no {name} run with heterogeneous workers", []
-    pair = hetero[hetero["algorithm"].isin((OSP, LOSP))]
-    verdicts, details = each_pair(cells(pair), LOSP, OSP, sooner, missing=False)
-    return combine(verdicts), _summary(verdicts, "cells"), details
-
-
-@claim(
-    "pseudo_sync_faster_than_sync",
-    "Pseudo-synchronous SGD reaches the target accuracy sooner than synchronous SGD on a "
-    "modeled network (its gradient average overlaps the next step)",
-    "paired t-test of sync SGD's time to target above pseudo-sync's, per worker count",
-)
-def pseudo_sync_faster_than_sync(runs: pd.DataFrame, report: dict) -> tuple:
-    """Per condition (worker count): pseudo-sync's time to target below sync SGD's."""
-    for name in (PSEUDO, SYNC):
-        if not (runs["algorithm"] == name).any():
-            return _missing(name)
-    verdicts, details = each_pair(cells(runs, by_tau=False), PSEUDO, SYNC, sooner, missing=False)
-    return combine(verdicts), _summary(verdicts, "conditions"), details
-
-
-@claim(
     "pseudo_sync_scales_better",
     "Pseudo-synchronous SGD's weak scaling is better than synchronous SGD's (the paper: 93.4% "
     "efficiency on 64 nodes, 90.5% on 128)",
@@ -271,3 +163,134 @@ def pseudo_sync_scales_better(runs: pd.DataFrame, report: dict) -> tuple:
         span = f"{int(low)} to {int(high)} workers"
     c = compare(PSEUDO, sides[PSEUDO], SYNC, sides[SYNC])
     return c.holds, span, [f"efficiency, {span}: {c.verdict_text('ratio')}"]
+
+
+# --- the claims that compare pair by pair -------------------------------------------------------
+
+
+def identical(cell: Cell, losp: str, osp: str) -> tuple[bool | None, str]:
+    """Accuracies equivalent within EQUIVALENT_IDENTICAL (paired TOST)."""
+    c = equivalent(
+        losp, cell.values(losp, "acc"), osp, cell.values(osp, "acc"), EQUIVALENT_IDENTICAL
+    )
+    return c.holds, c.verdict_text()
+
+
+def modeled_at_smallest_tau(runs: pd.DataFrame) -> pd.DataFrame | str:
+    """Sync SGD's and Local SGD's IID runs on a network other than ideal, Local SGD's at its
+    smallest tau > 1: where its accuracy per step is still sync SGD's, so the time to the
+    target measures the communication saved, not an accuracy lost to a large tau."""
+    modeled = runs[runs["network"].ne("ideal") & _iid(runs)]
+    if not (modeled["algorithm"] == SYNC).any():
+        return _missing(SYNC)[1]
+    taus = sorted(t for t in modeled.loc[modeled["algorithm"] == LOCAL, "tau"].unique() if t > 1)
+    if not taus:
+        return "no Local SGD run at a tau > 1 on a modeled network"
+    tau = taus[0]
+    return modeled[
+        modeled["algorithm"].isin((SYNC, LOCAL)) & (modeled["tau"].isna() | (modeled["tau"] == tau))
+    ]
+
+
+def ideal_equal_workers(runs: pd.DataFrame) -> pd.DataFrame | str:
+    """OSP's and LOSP's runs on the ideal network without slowdown."""
+    ideal = runs[runs["network"].eq("ideal") & _equal_workers(runs)]
+    for name in (OSP, LOSP):
+        if not (ideal["algorithm"] == name).any():
+            return f"no {name} run on the ideal network with equal workers"
+    return ideal[ideal["algorithm"].isin((OSP, LOSP))]
+
+
+def small_tau(runs: pd.DataFrame) -> pd.DataFrame | str:
+    """Sync SGD's runs and Overlap-Local-SGD's at tau <= 2."""
+    small = runs[runs["algorithm"].eq(SYNC) | (runs["algorithm"].eq(OVERLAP) & (runs["tau"] <= 2))]
+    if not small["algorithm"].eq(OVERLAP).any():
+        return f"no {OVERLAP} run at tau <= 2"
+    return small
+
+
+def heterogeneous(runs: pd.DataFrame) -> pd.DataFrame | str:
+    """OSP's and LOSP's runs with a slowdown."""
+    hetero = runs[~_equal_workers(runs)]
+    for name in (OSP, LOSP):
+        if not (hetero["algorithm"] == name).any():
+            return f"no {name} run with heterogeneous workers"
+    return hetero[hetero["algorithm"].isin((OSP, LOSP))]
+
+
+PAIR_CLAIMS = (
+    PairClaim(
+        "control_sync_slower_on_a_modeled_network",
+        "Positive control: on a modeled network, blocking sync SGD reaches the target accuracy "
+        "later than Local SGD at its smallest tau > 1",
+        "paired t-test of sync SGD's time to target above Local SGD's at the smallest tau > 1, "
+        "on the modeled network; a run that never reached the target counts with its training "
+        "time where that is conservative",
+        "At Local SGD's smallest tau > 1 (IID runs on a network other than ideal): Local SGD "
+        "sooner than sync SGD.",
+        LOCAL,
+        SYNC,
+        sooner,
+        select=modeled_at_smallest_tau,
+        prefix=lambda runs: f"{_tau(runs['tau'].max())}; ",
+        missing=False,
+    ),
+    PairClaim(
+        "control_osp_equals_losp_on_ideal_network",
+        "Negative control: OSP and LOSP, the same algorithm on the ideal network with equal "
+        "workers, are reported equivalent",
+        f"paired TOST of the accuracy difference within ±{EQUIVALENT_IDENTICAL:g}, per tau",
+        "On the ideal network without slowdown, per tau: LOSP's accuracy equivalent to OSP's.",
+        LOSP,
+        OSP,
+        identical,
+        select=ideal_equal_workers,
+        what="taus",
+        note=f"; equivalent = within {EQUIVALENT_IDENTICAL:g}",
+        missing=False,
+    ),
+    PairClaim(
+        "overlap_above_sync_at_small_tau",
+        "Overlap-Local-SGD at tau = 1 and 2 reaches even higher accuracy than fully synchronous "
+        "SGD (Overlap-Local-SGD paper, tables 1 and 2)",
+        "paired t-test of Overlap-Local-SGD's final accuracy above sync SGD's, per partition "
+        "and tau <= 2",
+        "Per partition and tau <= 2: Overlap-Local-SGD's final accuracy above sync SGD's.",
+        OVERLAP,
+        SYNC,
+        more_accurate,
+        required=(OVERLAP, SYNC),
+        select=small_tau,
+        missing=False,
+    ),
+    PairClaim(
+        "losp_sooner_than_osp",
+        "LOSP reaches the target accuracy no later than OSP with heterogeneous workers (LOSP, "
+        "IEEE JSAC 2021: local compensation recovers the progress OSP's overlap leaves stale)",
+        "paired t-test of OSP's time to target above LOSP's (LOSP sooner), per tau and "
+        "slowdown; a run that never reached the target counts with its training time where "
+        "that is conservative",
+        "Per heterogeneous condition and tau: LOSP's time to target below OSP's.",
+        LOSP,
+        OSP,
+        sooner,
+        select=heterogeneous,
+        missing=False,
+    ),
+    PairClaim(
+        "pseudo_sync_faster_than_sync",
+        "Pseudo-synchronous SGD reaches the target accuracy sooner than synchronous SGD on a "
+        "modeled network (its gradient average overlaps the next step)",
+        "paired t-test of sync SGD's time to target above pseudo-sync's, per worker count",
+        "Per condition (worker count): pseudo-sync's time to target below sync SGD's.",
+        PSEUDO,
+        SYNC,
+        sooner,
+        required=(PSEUDO, SYNC),
+        by_tau=False,
+        what="conditions",
+        missing=False,
+    ),
+)
+for _definition in PAIR_CLAIMS:
+    pairwise(_definition)

@@ -52,7 +52,6 @@ from typing import Any
 
 from analysis.load import find_runs
 from analysis.recompute import (
-    REPO,
     chosen_results,
     parse_results_args,
     quiet_report,
@@ -63,6 +62,7 @@ from analysis.records import RECORDS, dumps, read_records, run_record
 from experiments.config.identity import digest, identity_config
 from experiments.errors import UserError, refuse_inert_flags
 from experiments.store.fingerprint import describe
+from experiments.store.provenance import REPO
 
 TOLERANCE_SDS = 3.0
 MIN_TOLERANCE = 0.01

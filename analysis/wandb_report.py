@@ -356,7 +356,7 @@ def write_spec(sweeps: Sequence[Sweep], reports: Sequence[Any], out: Path) -> Pa
 def publish_lines(sweeps: Sequence[Sweep], roots: Sequence[Path], argv: Sequence[str]) -> list[str]:
     """What to type to publish the reports: `wandb sync` of the runs' offline W&B records, then
     this command online (`make wandb-report ... WANDB_MODE=online` for a preset's make target)."""
-    from analysis.report import relative_path
+    from experiments.store.provenance import relative_path
 
     runs = [Path(d) for s in sweeps for d in s.runs["run_dir"]]
     offline = [r for r in runs if any((r / "wandb").glob("offline-run-*"))]
@@ -494,7 +494,7 @@ def main(argv: Sequence[str] | None = None) -> int:
           "without --experiment NAME (it composes a preset's grid points)")],
     )  # fmt: skip
     argv = list(argv) if argv is not None else sys.argv[1:]
-    from analysis.report import command_line
+    from experiments.store.provenance import command_line
 
     try:
         try:

@@ -25,7 +25,8 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
+from experiments.store.provenance import REPO
+
 #: Overrides of every suite run made by the benchmarks: no W&B, no progress bar.
 QUIET = ("wandb.mode=disabled", "progress=false")
 #: Suite launches that failed and were retried once (reported with the results).

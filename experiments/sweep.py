@@ -52,8 +52,8 @@ import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
 from experiments.errors import one_line_errors  # noqa: E402 - torch-free
+from experiments.store.provenance import REPO, command_line  # noqa: E402 - torch-free
 
-REPO = Path(__file__).resolve().parents[1]
 CONF = REPO / "conf"
 
 
@@ -281,7 +281,6 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     if code == 0 and provenance.exists():
         # The report records its own command; add the one that ran the sweep (paths in it
         # relative to the checkout or $OUT, as the report's), the file replaced whole.
-        from analysis.report import command_line
         from experiments.errors import OutputError
         from experiments.store.records import write_text_atomic
 

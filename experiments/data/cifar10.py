@@ -17,7 +17,7 @@ import torch
 from torchvision import datasets, transforms
 from torchvision.datasets.utils import check_integrity, download_and_extract_archive
 
-from experiments.data.datasets import CropFlip, DataBundle, one_line
+from experiments.data.bundle import CropFlip, DataBundle, one_line
 from experiments.data.params import cifar10_not_found, cifar10_root
 from experiments.errors import UserError
 

@@ -33,7 +33,7 @@ import numpy as np
 import torch
 
 from experiments.data import params  # the values and the files' presence, torch-free (pre-flight)
-from experiments.data.datasets import DataBundle, TensorImageDataset, one_line
+from experiments.data.bundle import DataBundle, TensorImageDataset, one_line
 from experiments.data.params import fashion_mnist_params as _params
 from experiments.errors import OutputError, UserError
 

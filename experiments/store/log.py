@@ -34,6 +34,7 @@ import threading
 from pathlib import Path
 from typing import Any, Protocol
 
+from experiments.store.convergence import converged, decay_starts, evaluations_before_decays
 from experiments.store.records import METRICS, SUMMARY, write_text_atomic
 
 EXIT_FAILED, EXIT_INTERRUPTED = 1, 3  # run.py's exit codes
@@ -171,10 +172,6 @@ class WandbSink:
                 f"{run_dir}: W&B online did not start ({_why(e)}): this run's W&B record goes "
                 f"on offline; `wandb sync {self._sync_dir}` uploads it"
             )
-        try:  # what close() reads (pandas): imported here, while the training runs
-            import analysis.convergence  # noqa: F401
-        except ImportError:
-            pass
 
     def _ready(self, wait: bool) -> bool:
         """Whether the W&B run is up (waiting for it with `wait`); the rows logged before it
@@ -270,20 +267,18 @@ class WandbSink:
 
     def _outcome(self, status: str) -> dict[str, Any]:
         """What a report reads of a finished run besides SUMMARY_KEYS, as the suite's tables
-        compute it from the run's metric rows: `converged` (analysis/convergence.py) and, with a
-        target accuracy (`report.target_acc`, else `scale.target_acc`), `target_acc`,
-        `reached_target` and `time_to_target_s` (training time at the first evaluation that
-        reached it). Nothing when the rows cannot be read."""
+        compute it from the run's metric rows: `converged` (experiments/store/convergence.py)
+        and, with a target accuracy (`report.target_acc`, else `scale.target_acc`),
+        `target_acc`, `reached_target` and `time_to_target_s` (training time at the first
+        evaluation that reached it). Nothing when the rows cannot be read."""
         try:
-            from analysis.convergence import converged, decay_starts, evaluations_before_decays
-
             rows = []
             for line in (self._run_dir / METRICS).read_text().splitlines():
                 row = json.loads(line)
                 if isinstance(row, dict) and isinstance(row.get("test/acc"), int | float):
                     rows.append(row)
             rows.sort(key=lambda r: (r.get("step", 0), r.get("epoch", 0)))
-        except (OSError, ValueError, ImportError):
+        except (OSError, ValueError):
             return {}
         out: dict[str, Any] = {}
 

@@ -42,6 +42,7 @@ from typing import Any
 
 from experiments.config.identity import current_digest
 from experiments.errors import OutputError, UserError
+from experiments.store.provenance import REPO
 
 SUMMARY = "summary.json"
 METRICS = "metrics.jsonl"
@@ -342,12 +343,12 @@ def release_reserve(run_dir: Path) -> bool:
     return True
 
 
-def git_commit(repo: str | os.PathLike) -> str:
-    """`git rev-parse HEAD` of the checkout holding `repo`, with `-dirty` when tracked files
-    differ from it; "unknown" when git or the repository is not there. Changes under
-    `results/` do not count: they are the suite's own published outputs (`PUBLISH=1`), and a
-    report that has just written its tables must not make the next run, or its own
-    provenance, look as if made from modified code."""
+def git_commit(repo: str | os.PathLike = REPO) -> str:
+    """`git rev-parse HEAD` of the checkout holding `repo` (by default the suite's), with
+    `-dirty` when tracked files differ from it; "unknown" when git or the repository is not
+    there. Changes under `results/` do not count: they are the suite's own published outputs
+    (`PUBLISH=1`), and a report that has just written its tables must not make the next run,
+    or its own provenance, look as if made from modified code."""
 
     def git(*args: str) -> str:
         done = subprocess.run(
@@ -371,7 +372,7 @@ def git_commit(repo: str | os.PathLike) -> str:
 
 def git_sha() -> str:
     """The commit of the code that made the run (`git_commit` of the suite's checkout)."""
-    return git_commit(Path(__file__).resolve().parent)
+    return git_commit(REPO)
 
 
 # A run's provenance across resumes: summary.json's `git_commits` lists each segment of its steps,

@@ -29,6 +29,9 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+# one rule for the decay epochs, shared with the convergence rule that reads them (store/)
+from experiments.store.convergence import decay_epochs
+
 if TYPE_CHECKING:
     from experiments.config.schema import Config
 
@@ -36,10 +39,6 @@ if TYPE_CHECKING:
 def peak_lr(lr: float, batch_size: int, workers: int) -> float:
     """Base LR `lr` (for 128 samples) scaled linearly to the global batch."""
     return lr * batch_size * workers / 128
-
-
-def decay_epochs(lr_decay_at: Sequence[float], epochs: int) -> list[int]:
-    return sorted(round(f * epochs) for f in lr_decay_at)
 
 
 def lr_at(

@@ -1,0 +1,203 @@
+"""Writing a report all at once: the report is made in a folder of its own beside its
+destination and swapped in whole when it completes (`staged_report`), so that a report stopped
+half-way (a signal, a full disk) leaves the previous one unchanged; the stop signals become an
+exception while it is written (`stops_raised`). Apart from analysis/report.py, which decides
+what a report holds; the names are importable from there too."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+import threading
+from pathlib import Path
+from typing import Any
+
+from analysis.records import RECORDS
+from experiments.errors import UserError
+
+FIGURE_NAME = "test_acc"
+TIME_FIGURE_NAME = "time"
+BREAKDOWN_FIGURE_NAME = "time_breakdown"
+
+
+def report_files(name: str = "table") -> set[str]:
+    """The names of the files a report writes (its table's stem `name`): an --out holding any
+    other entry is not replaced whole, its other entries are someone else's (a W&B report spec,
+    notes)."""
+    tables = {f"{stem}{ext}" for stem in (name, "scaling") for ext in (".md", ".tex", ".csv")}
+    figures = {
+        f"{stem}{ext}"
+        for stem in (FIGURE_NAME, TIME_FIGURE_NAME, BREAKDOWN_FIGURE_NAME)
+        for ext in (".png", ".pdf")
+    }
+    return tables | figures | {"claims.md", "claims.json", RECORDS, "provenance.txt"}
+
+
+STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2")
+
+
+class ReportStopped(Exception):
+    """A report ended before it was complete (a signal, a full disk): nothing of it is left,
+    and the previous report in --out stays. `code`: the exit code (130 for Ctrl-C, else 2)."""
+
+    def __init__(self, message: str, code: int = 2):
+        super().__init__(message)
+        self.code = code
+
+
+def _check_out(out: Path) -> None:
+    """--out must name a folder (or nothing yet)."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder: name a folder for the report")
+
+
+def _report_folder(out: Path, name: str) -> bool:
+    """Whether `out` holds nothing but what a report writes (it may then be replaced whole)."""
+    names = report_files(name)
+    return all(p.is_file() and not p.is_symlink() and p.name in names for p in out.iterdir())
+
+
+@contextlib.contextmanager
+def staged_report(out: str | os.PathLike, name: str = "table"):
+    """A new, empty folder beside `out` to write the report into; once the block completes it
+    replaces `out` in one step (its previous report, if any, is then removed). A failure (a
+    full disk, a signal: SIGINT is Ctrl-C, the others stop it as one) removes it and leaves
+    `out` as it was: the previous report, or nothing. Raises UserError for an `out` that
+    cannot be a report's folder (before anything is written), ReportStopped for a stop or an
+    OSError meanwhile."""
+    import errno
+    import signal
+
+    out = Path(out)
+    _check_out(out)
+    parent = out.absolute().parent
+    stops = [getattr(signal, n) for n in STOP_SIGNALS]
+
+    def hold():  # the stop signals wait (they are taken at `release`)
+        return signal.pthread_sigmask(signal.SIG_BLOCK, stops) if threading_main() else None
+
+    def release(held) -> None:
+        if held is not None:
+            signal.pthread_sigmask(signal.SIG_SETMASK, held)
+
+    kept = f"the previous report in {out} is unchanged" if out.exists() else "nothing written"
+    work, published = None, False
+    try:
+        try:
+            held = hold()  # the folder made and known before a stop can be taken
+            try:
+                parent.mkdir(parents=True, exist_ok=True)
+                work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+                os.chmod(work, 0o777 & ~_umask())
+            except OSError as error:
+                why = error.strerror or error
+                raise UserError(f"cannot write the report into {out}: {why}") from None
+            finally:
+                release(held)
+            yield work
+            held = hold()  # complete: into place in one step, no stop taken meanwhile
+            try:
+                _replace_folder(work, out, name)
+                published = True
+            finally:
+                release(held)
+        except (KeyboardInterrupt, _Signalled) as stop:
+            name_ = getattr(stop, "name", "SIGINT")
+            code = 130 if name_ == "SIGINT" else 2
+            what = "interrupted by Ctrl-C" if code == 130 else f"stopped by {name_}"
+            if published:
+                raise ReportStopped(f"{what} once the report was in {out}", code) from None
+            raise ReportStopped(f"{what}: {kept}", code) from None
+        except OSError as error:
+            what = "disk full" if error.errno in (errno.ENOSPC, errno.EDQUOT) else "cannot write"
+            why = "" if what == "disk full" else f": {error.strerror or error}"
+            raise ReportStopped(f"{what} writing the report{why}: {kept}") from None
+    finally:
+        if work is not None:
+            shutil.rmtree(work, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def stops_raised():
+    """Around a command: each stop signal (STOP_SIGNALS) raises `_Signalled` in the main
+    thread (`staged_report` turns it into a ReportStopped); the previous handlers after."""
+    import signal
+
+    if not threading_main():
+        yield
+        return
+
+    def stop(signum: int, frame: Any) -> None:
+        raise _Signalled(signum)
+
+    previous = {sig: signal.signal(sig, stop) for sig in (getattr(signal, n) for n in STOP_SIGNALS)}
+    try:
+        yield
+    finally:
+        # the command's own process ends next: a stop then has nothing left to stop
+        program = __name__ == "__main__"
+        for sig, handler in previous.items():
+            signal.signal(sig, signal.SIG_IGN if program else handler)
+
+
+class _Signalled(BaseException):
+    def __init__(self, signum: int):
+        import signal
+
+        self.name = signal.Signals(signum).name
+        super().__init__(self.name)
+
+
+def threading_main() -> bool:
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
+
+
+def _replace_folder(new: Path, out: Path, name: str = "table") -> None:
+    """`new` becomes `out` in one step (Linux renameat2 RENAME_EXCHANGE when `out` exists: the
+    two swap, and the old report, now at `new`, is removed by the caller); elsewhere the old
+    folder is moved aside first. An `out` that holds more than a report (someone's folder)
+    keeps it: the report's files are moved into it one by one (renames: nothing left to fail
+    for want of space), each replacing its namesake."""
+    if not out.exists():
+        os.rename(new, out)
+        return
+    if not _report_folder(out, name):
+        for made in sorted(new.iterdir()):
+            os.replace(made, out / made.name)
+        return
+    if not _exchange(new, out):
+        aside = new.with_name(new.name + ".old")
+        os.rename(out, aside)
+        os.rename(new, out)
+        os.rename(aside, new)
+
+
+def _exchange(a: Path, b: Path) -> bool:
+    """Swap the folders `a` and `b` atomically; False where the system cannot."""
+    import ctypes
+    import ctypes.util
+
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        renameat2 = libc.renameat2
+    except (OSError, AttributeError):
+        return False
+    at_fdcwd, rename_exchange = -100, 2
+    done = renameat2(at_fdcwd, os.fsencode(a), at_fdcwd, os.fsencode(b), rename_exchange)
+    return done == 0
+
+
+def moved(value: Any, work: Path, out: Path) -> Any:
+    """A result's path under `work` as it is now, under `out`; anything else as it is."""
+    if isinstance(value, Path) and (value == work or work in value.parents):
+        return Path(out) / value.relative_to(work)
+    return value
