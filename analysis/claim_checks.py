@@ -31,9 +31,9 @@ from analysis.claim_rules import (
     SYNC,
     PairClaim,
     _absent,
+    _accuracies,
     _bytes_apart,
     _cell_line,
-    _diverged_note,
     _exposed,
     _mean_time,
     _missing,
@@ -70,11 +70,8 @@ def _best_or_worst(runs: pd.DataFrame, subject: str, best: bool) -> tuple:
             # the closest rival first: the highest mean for "best", the lowest for "worst"
             ordered = sorted(rivals, key=lambda o: _mean(cell.values(o, "acc")), reverse=best)
             for other in ordered:
-                sides = [
-                    (f"{m}{_diverged_note(cell, m)}", cell.values(m, "acc"))
-                    for m in ((method, other) if best else (other, method))
-                ]
-                comparisons.append(compare(*sides[0], *sides[1]))
+                pair = (method, other) if best else (other, method)
+                comparisons.append(compare(*_accuracies(cell, *pair)))
         verdict = combine(c.holds for c in comparisons)
         shown = _worst_first(comparisons) if verdict is not True else comparisons[0]
         tail = _others(comparisons)
@@ -83,24 +80,33 @@ def _best_or_worst(runs: pd.DataFrame, subject: str, best: bool) -> tuple:
     return combine(verdicts), _summary(verdicts), details
 
 
-@claim(
+def _ranked(name: str, text: str, test: str, subject: str, best: bool) -> None:
+    """Register the claim `name` that `subject` is the best (`best`) or the worst method in
+    every cell: `_best_or_worst` on its runs."""
+
+    def check(runs: pd.DataFrame, report: dict) -> tuple:
+        return _best_or_worst(runs, subject, best)
+
+    check.__name__ = name
+    check.__doc__ = f"At each tau, {subject}'s mean final accuracy {'above' if best else 'below'} "
+    check.__doc__ += "every other method's."
+    claim(name, text, test)(check)
+
+
+_ranked(
     "overlap_best_at_every_tau",
     "Overlap-Local-SGD has the best accuracy at every tau",
     "paired t-test of the accuracy difference to each other method, per tau",
+    OVERLAP,
+    best=True,
 )
-def overlap_best_at_every_tau(runs: pd.DataFrame, report: dict) -> tuple:
-    """At each tau, Overlap-Local-SGD's mean final accuracy above every other method's."""
-    return _best_or_worst(runs, OVERLAP, best=True)
-
-
-@claim(
+_ranked(
     "eamsgd_worst",
     "EAMSGD is the worst method",
     "paired t-test of each other method's accuracy above EAMSGD's, per tau",
+    EAMSGD,
+    best=False,
 )
-def eamsgd_worst(runs: pd.DataFrame, report: dict) -> tuple:
-    """At each tau, EAMSGD's mean final accuracy below every other method's."""
-    return _best_or_worst(runs, EAMSGD, best=False)
 
 
 @claim(
@@ -218,26 +224,14 @@ def far_below(cell: Cell, sync: str, overlap: str) -> tuple[bool | None, str]:
 
 def comparable(cell: Cell, a: str, b: str) -> tuple[bool | None, str]:
     """Final accuracies within COMPARABLE of each other (an equivalence test)."""
-    c = equivalent(
-        f"{a}{_diverged_note(cell, a)}",
-        cell.values(a, "acc"),
-        f"{b}{_diverged_note(cell, b)}",
-        cell.values(b, "acc"),
-        COMPARABLE,
-    )
+    c = equivalent(*_accuracies(cell, a, b), COMPARABLE)
     return c.holds, c.verdict_text()
 
 
 def less_peak_same_accuracy(cell: Cell, stream: str, diloco: str) -> tuple[bool | None, str]:
     """Accuracies within COMPARABLE and mean peak bytes of one collective under FAR_LESS_PEAK x
     `diloco`'s: both must hold."""
-    same = equivalent(
-        f"{stream}{_diverged_note(cell, stream)}",
-        cell.values(stream, "acc"),
-        f"{diloco}{_diverged_note(cell, diloco)}",
-        cell.values(diloco, "acc"),
-        COMPARABLE,
-    )
+    same = equivalent(*_accuracies(cell, stream, diloco), COMPARABLE)
     peak = ratio_below(
         stream, cell.values(stream, "peak"), diloco, cell.values(diloco, "peak"), FAR_LESS_PEAK
     )
@@ -253,13 +247,7 @@ def not_worse_at_equal_bytes(cell: Cell, diloco: str, local: str) -> tuple[bool 
     apart = _bytes_apart(cell, diloco, local)
     if apart:
         return None, f"cannot tell: {apart}"
-    c = compare(
-        f"{diloco}{_diverged_note(cell, diloco)}",
-        cell.values(diloco, "acc"),
-        f"{local}{_diverged_note(cell, local)}",
-        cell.values(local, "acc"),
-        threshold=-COMPARABLE,
-    )
+    c = compare(*_accuracies(cell, diloco, local), threshold=-COMPARABLE)
     return c.holds, c.verdict_text()
 
 

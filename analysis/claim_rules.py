@@ -222,9 +222,15 @@ def _number(value: float | None) -> float | None:
 # --- comparisons ---------------------------------------------------------------------------------
 
 
-def _diverged_note(cell: Cell, method: str) -> str:
-    diverged, runs = cell.diverged(method)
-    return f" ({diverged}/{runs} diverged, as 0)" if diverged else ""
+def _accuracies(cell: Cell, a: str, b: str) -> tuple[str, Side, str, Side]:
+    """The first four arguments of an accuracy test of `a` against `b` in `cell`: each side's
+    name (its diverged runs noted: they count as accuracy 0) and its final accuracies."""
+
+    def named(method: str) -> str:
+        diverged, runs = cell.diverged(method)
+        return f"{method} ({diverged}/{runs} diverged, as 0)" if diverged else method
+
+    return named(a), cell.values(a, "acc"), named(b), cell.values(b, "acc")
 
 
 def _worst_first(comparisons: Sequence[Comparison]) -> Comparison:
@@ -298,12 +304,7 @@ def sooner(cell: Cell, early: str, late: str) -> tuple[bool | None, str]:
 def more_accurate(cell: Cell, better: str, worse: str) -> tuple[bool | None, str]:
     """An `each_pair` test: `better`'s final accuracy above `worse`'s (paired by seed; cannot
     tell unless their runs converged)."""
-    c = compare(
-        f"{better}{_diverged_note(cell, better)}",
-        cell.values(better, "acc"),
-        f"{worse}{_diverged_note(cell, worse)}",
-        cell.values(worse, "acc"),
-    )
+    c = compare(*_accuracies(cell, better, worse))
     return c.holds, c.verdict_text()
 
 
