@@ -240,8 +240,11 @@ def assert_model_sized(ledger, collectives: int, numel: int, itemsize: int = 8) 
     assert got == want, f"(bytes, collectives) = {got}, the closed form is {want}"
 
 
-def assert_rounds_then_finish(ledger_rounds, ledger, rounds: int, numel: int) -> None:
-    """`rounds` model-sized collectives before finish() (ledger_rounds), and finish() adds one
-    more (ledger): the closed form of the round-based algorithms' ledgers."""
-    assert_model_sized(ledger_rounds, rounds, numel)
-    assert_model_sized(ledger, rounds + 1, numel)
+def assert_rounds_then_finish(worker: dict, rounds: int) -> None:
+    """`rounds` model-sized collectives before finish() (worker["ledger_rounds"]), and finish()
+    adds one more (worker["ledger"]), the model's size being that of worker["x0"]: the closed
+    form of the round-based algorithms' ledgers, as their workers record them
+    (tests/test_cocod_sgd.py, tests/test_easgd.py, tests/test_overlap_local_sgd.py)."""
+    numel = worker["x0"].numel()
+    assert_model_sized(worker["ledger_rounds"], rounds, numel)
+    assert_model_sized(worker["ledger"], rounds + 1, numel)
