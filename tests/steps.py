@@ -192,6 +192,27 @@ def hook_steps(
     return losses, params
 
 
+def train_saving(
+    algo,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    checkpoint_at: int,
+    lr: Callable[[int], float],
+    after: Callable[[int, torch.Tensor], None],
+) -> list[dict]:
+    """hook_step at lr(t) for every batch, from step 0, calling after(t, before) after each
+    (`before`: hook_step's parameters before algo.after_step(t)); returns the state_dicts of
+    model, opt and algo saved right before step checkpoint_at (resume_and_finish's `states`:
+    the round-based algorithms' tests take them with a round in flight)."""
+    saved: list[dict] = []
+    for t, batch in enumerate(batches):
+        if t == checkpoint_at:
+            saved = [copy.deepcopy(s.state_dict()) for s in (model, opt, algo)]
+        after(t, hook_step(algo, model, opt, t, batch, lr=lr)[1])
+    return saved
+
+
 def finish_recorded(algo) -> dict:
     """algo.finish() with what the tests check around it: the parameters (`algo.params`) right
     before ("last") and after ("final"), and copies of the ledger before ("ledger_rounds") and

@@ -4,7 +4,6 @@ the state_dict round trip."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import pytest
@@ -55,22 +54,18 @@ def _build(seed: int = 0):
     return model, opt, CoCoDSGD(model, opt, Comm(), Config(), tau=TAU)
 
 
-def _step(model, opt, algo, t: int, batch) -> torch.Tensor:
-    """One step of the loop's hook sequence at _lr(t); returns the parameters before after_step."""
-    return steps.hook_step(algo, model, opt, t, batch, lr=_lr)[1]
-
-
 def _train(rank: int, world_size: int) -> dict:
     model, opt, algo = _build()
     batches = steps.rank_batches(rank, STEPS)
     out = {"x0": flat(algo.params), "rounds": []}
-    for t in range(STEPS):
-        if t == CHECKPOINT_AT:  # an average is in flight: state_dict() must fold it in
-            saved = [copy.deepcopy(s.state_dict()) for s in (model, opt, algo)]
-        before = _step(model, opt, algo, t, batches[t])
+
+    def after(t: int, before: torch.Tensor) -> None:
         if algo.round_ends(t):  # (x before the fold, x after, the average z used)
             out["rounds"].append((before, flat(algo.params), flat(algo.average)))
             assert torch.equal(flat(algo.snapshot), out["rounds"][-1][1])  # y_i <- x_i
+
+    # at CHECKPOINT_AT an average is in flight: state_dict() must fold it in
+    saved = steps.train_saving(algo, model, opt, batches, CHECKPOINT_AT, _lr, after)
     out.update(steps.finish_recorded(algo))
     out["eval_is_local"] = algo.eval_model() is model
 

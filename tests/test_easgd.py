@@ -161,12 +161,13 @@ def _train(rank: int, world_size: int, label: str, alpha: float | None) -> dict:
     model, opt, algo = _build(cls, cfg)
     batches = steps.rank_batches(rank, STEPS)
     out = {"x0": flat(algo.params), "alpha": algo.alpha, "rounds": []}
-    for t in range(STEPS):
-        if t == CHECKPOINT_AT:  # a centre is in flight: state_dict() must fold it in
-            saved = [copy.deepcopy(s.state_dict()) for s in (model, opt, algo)]
-        before = _step(model, opt, algo, t, batches[t])
+
+    def after(t: int, before: torch.Tensor) -> None:
         if algo.round_ends(t):  # (x before the pull, x after, the centre z_r used)
             out["rounds"].append((before, flat(algo.params), flat(algo.centre)))
+
+    # at CHECKPOINT_AT a centre is in flight: state_dict() must fold it in
+    saved = steps.train_saving(algo, model, opt, batches, CHECKPOINT_AT, _lr, after)
     # "last": a partial round was computed after the last sync
     out.update(steps.finish_recorded(algo))
     centre_model = algo.eval_model()

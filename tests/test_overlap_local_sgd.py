@@ -99,15 +99,16 @@ def _train(rank: int, alpha: float, beta: float) -> dict:
     )
     batches = steps.rank_batches(rank, STEPS)
     out = {"x0": flat(algo.params), "rounds": [], "gap_to_local": 0.0}
-    for t in range(STEPS):
-        if t == CHECKPOINT_AT:  # an anchor is in flight: state_dict() must fold it in
-            saved = [copy.deepcopy(s.state_dict()) for s in (model, opt, algo)]
-        before = _step(model, opt, algo, t, batches[t])
+
+    def after(t: int, before: torch.Tensor) -> None:
         _step(ref, ref_opt, no_comm, t, batches[t])
         gap = (flat(model.parameters()) - flat(ref.parameters())).abs().max().item()
         out["gap_to_local"] = max(out["gap_to_local"], gap)
         if algo.round_ends(t):  # (x before the pull, x after, the anchor z_r used, eta_r)
             out["rounds"].append((before, flat(algo.params), flat(algo.anchor), _lr(t)))
+
+    # at CHECKPOINT_AT an anchor is in flight: state_dict() must fold it in
+    saved = steps.train_saving(algo, model, opt, batches, CHECKPOINT_AT, _lr, after)
     out.update(steps.finish_recorded(algo))
     out["eval_is_local"] = algo.eval_model() is model
 
