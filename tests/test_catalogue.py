@@ -1781,39 +1781,26 @@ def F(name: str, cmd: str, args: str, line: str, **kw) -> Case:
 
 
 INERT = r"^error: {} has no effect {} .*\(python -m analysis.{} --help\)$"
+
+
+def without_experiment(flag: str, value: str, cmd: str = "report") -> Case:
+    """`python -m analysis.<cmd> RUNS --out REP <flag> <value>` (demo runs): <flag> acts only
+    with --experiment, so it is refused in one line and nothing is written at REP."""
+    return F(
+        f"{cmd.replace('_', '-')}-{flag[2:]}-without-experiment",
+        cmd,
+        f"{{tmp}}/runs --out {{tmp}}/rep {flag} {value}",
+        INERT.format(flag, "without --experiment NAME", cmd),
+        setup=demo_runs(),
+        check=nothing_at("rep"),
+    )
+
+
 add(
-    F(
-        "report-scale-without-experiment",
-        "report",
-        "{tmp}/runs --out {tmp}/rep --scale smoke",
-        INERT.format("--scale", "without --experiment NAME", "report"),
-        setup=demo_runs(),
-        check=nothing_at("rep"),
-    ),
-    F(
-        "report-set-without-experiment",
-        "report",
-        "{tmp}/runs --out {tmp}/rep --set cluster=sim",
-        INERT.format("--set", "without --experiment NAME", "report"),
-        setup=demo_runs(),
-        check=nothing_at("rep"),
-    ),
-    F(
-        "report-out-root-without-experiment",
-        "report",
-        "{tmp}/runs --out {tmp}/rep --out-root {tmp}",
-        INERT.format("--out-root", "without --experiment NAME", "report"),
-        setup=demo_runs(),
-        check=nothing_at("rep"),
-    ),
-    F(
-        "report-conf-without-experiment",
-        "report",
-        "{tmp}/runs --out {tmp}/rep --conf conf",
-        INERT.format("--conf", "without --experiment NAME", "report"),
-        setup=demo_runs(),
-        check=nothing_at("rep"),
-    ),
+    without_experiment("--scale", "smoke"),
+    without_experiment("--set", "cluster=sim"),
+    without_experiment("--out-root", "{tmp}"),
+    without_experiment("--conf", "conf"),
     F(
         "report-unknown-flag-in-one-line",
         "report",
@@ -1851,14 +1838,7 @@ add(
         "--run x --points all",
         INERT.format("--points", "with --run", "verify"),
     ),
-    F(
-        "wandb-report-set-without-experiment",
-        "wandb_report",
-        "{tmp}/runs --out {tmp}/rep --set cluster=sim",
-        INERT.format("--set", "without --experiment NAME", "wandb_report"),
-        setup=demo_runs(),
-        check=nothing_at("rep"),
-    ),
+    without_experiment("--set", "cluster=sim", "wandb_report"),
     F(
         "tune-preset-cluster-without-a-run",
         "tune_preset",
