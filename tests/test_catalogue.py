@@ -167,6 +167,12 @@ def V(name: str, args: str, line: str, **kw) -> Case:
     return Case(name, "values", tuple(args.split()), line=line, **kw)
 
 
+def bad_fault(name: str, value: str, line: str) -> Case:
+    """run.py with the fault injection COMMSGD_INJECT_FAULT=<value> malformed: refused with
+    `line`."""
+    return V(f"fault-{name}", "", line, env={"COMMSGD_INJECT_FAULT": value})
+
+
 add(
     V("width-0", "model.width=0", r"^error: model.width must be an integer >= 1, got 0$"),
     V("width-neg", "model.width=-1", r"^error: model.width must be an integer >= 1, got -1$"),
@@ -201,42 +207,28 @@ add(
         out_root=False,
     ),
     V("interp-loop", "tau=${tau}", r"^error: tau: .*"),
-    V(
-        "fault-garbage",
-        "",
+    bad_fault(
+        "garbage",
+        "garbage",
         r"^error: COMMSGD_INJECT_FAULT must be <rank>:<step>:<kind> \(e.g. 1:40:raise\), "
         r"got 'garbage'$",
-        env={"COMMSGD_INJECT_FAULT": "garbage"},
     ),
-    V(
-        "fault-step-text",
-        "",
-        r"^error: COMMSGD_INJECT_FAULT must be <rank>:<step>:<kind>",
-        env={"COMMSGD_INJECT_FAULT": "0:x:raise"},
+    bad_fault(
+        "step-text", "0:x:raise", r"^error: COMMSGD_INJECT_FAULT must be <rank>:<step>:<kind>"
     ),
-    V(
-        "fault-kind",
-        "",
+    bad_fault(
+        "kind",
+        "0:1:boom",
         r"^error: COMMSGD_INJECT_FAULT: kind must be one of raise, exit, kill, hang, got 'boom'$",
-        env={"COMMSGD_INJECT_FAULT": "0:1:boom"},
     ),
-    V(
-        "fault-rank",
-        "",
-        r"^error: COMMSGD_INJECT_FAULT names rank 5, but the run has 2 workers",
-        env={"COMMSGD_INJECT_FAULT": "5:1:raise"},
+    bad_fault(
+        "rank", "5:1:raise", r"^error: COMMSGD_INJECT_FAULT names rank 5, but the run has 2 workers"
     ),
-    V(
-        "fault-negative",
-        "",
-        r"^error: COMMSGD_INJECT_FAULT: rank and step must be >= 0",
-        env={"COMMSGD_INJECT_FAULT": "-1:1:raise"},
+    bad_fault(
+        "negative", "-1:1:raise", r"^error: COMMSGD_INJECT_FAULT: rank and step must be >= 0"
     ),
-    V(
-        "fault-fields",
-        "",
-        r"^error: COMMSGD_INJECT_FAULT must be <rank>:<step>:<kind>",
-        env={"COMMSGD_INJECT_FAULT": "1:2:raise:4"},
+    bad_fault(
+        "fields", "1:2:raise:4", r"^error: COMMSGD_INJECT_FAULT must be <rank>:<step>:<kind>"
     ),
     V(
         "wandb-online-no-credentials",
