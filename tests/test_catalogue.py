@@ -25,6 +25,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -1984,56 +1985,59 @@ def others_kept(ctx: Ctx, result: Result) -> None:
 
 
 REPORT = ("{tmp}/runs", "--out", "{tmp}/rep")
+
+
+def R(name: str, args: tuple[str, ...] = REPORT, **kw) -> Case:
+    return Case(name, "reports", args, cmd="report", **kw)
+
+
+def over_previous(name: str, check: Callable, *plants_: Callable) -> Case:
+    """A report written over a previous one in the same --out folder, with what `plants_` put
+    there beside it: it succeeds, and `check` says what became of them."""
+    return R(
+        name,
+        setup=plants(demo_runs(), previous_report(), *plants_),
+        code=0,
+        one_line=False,
+        check=check,
+    )
+
+
 add(
-    Case(
+    R(
         "out-is-a-file",
-        "reports",
-        REPORT,
-        cmd="report",
         setup=plants(demo_runs(), lambda ctx: (ctx.tmp / "rep").write_text("a file")),
         line=r"^error: --out .*/rep is a file, not a folder: name a folder for the report$",
     ),
-    Case(
+    R(
         "out-cannot-be-made",
-        "reports",
         ("{tmp}/runs", "--out", "/proc/none/rep"),
-        cmd="report",
         setup=demo_runs(),
         line=r"^error: cannot write the report into /proc/none/rep: ",
     ),
-    Case(
+    R(
         "disk-full-writing-a-figure",
-        "reports",
-        REPORT,
-        cmd="report",
         setup=plants(demo_runs(), previous_report()),
         patch=savefig_disk_full,
         line=r"^error: disk full writing the report: the previous report in .*/rep is unchanged$",
     ),
-    Case(
+    R(
         "disk-full-writing-a-preset-report",
-        "reports",
         (*REPORT, "--experiment", "demo"),
-        cmd="report",
         setup=demo_runs(),
         patch=savefig_disk_full,
         line=r"^error: disk full writing the report: nothing written$",
         check=nothing_at("rep"),
     ),
-    Case(
+    R(
         "disk-full-on-a-small-disk",
-        "reports",
         ("{tmp}/runs", "--out", "{tmp}/mnt/rep"),
-        cmd="report",
         setup=plants(demo_runs(), small_tmpfs("48k")),
         line=r"^error: disk full writing the report: nothing written$",
         check=nothing_at("mnt/rep"),
     ),
-    Case(
+    R(
         "ctrl-c-while-writing",
-        "reports",
-        REPORT,
-        cmd="report",
         setup=plants(demo_runs(), previous_report()),
         act=then(when(report_tmp()), send(signal.SIGINT)),
         inproc=False,
@@ -2042,69 +2046,36 @@ add(
         one_line=True,
         check=previous_or_complete(),
     ),
-    Case(
+    R(
         "term-while-writing",
-        "reports",
-        REPORT,
-        cmd="report",
         setup=plants(demo_runs(), previous_report()),
         act=then(when(report_tmp()), send(signal.SIGTERM)),
         inproc=False,
         line=r"^error: stopped by SIGTERM",
         check=previous_or_complete(),
     ),
-    Case(
+    R(
         "term-before-the-report-started",
-        "reports",
-        REPORT,
-        cmd="report",
         setup=plants(demo_runs(), previous_report()),
         act=then(when(importing), send(signal.SIGTERM)),
         inproc=False,
         line=r"^error: stopped by SIGTERM before the report started: nothing written$",
     ),
-    Case(
+    over_previous(
         "a-previous-report-is-replaced-whole",
-        "reports",
-        REPORT,
-        cmd="report",
-        setup=plants(
-            demo_runs(),
-            previous_report(),
-            lambda ctx: (ctx.tmp / "rep" / "claims.md").write_text("stale"),
-        ),
-        code=0,
-        one_line=False,
-        check=replaced_whole,
+        replaced_whole,
+        lambda ctx: (ctx.tmp / "rep" / "claims.md").write_text("stale"),
     ),
-    Case(
+    over_previous(
         "a-w-and-b-spec-beside-the-report-is-kept",
-        "reports",
-        REPORT,
-        cmd="report",
-        setup=plants(
-            demo_runs(),
-            previous_report(),
-            lambda ctx: (ctx.tmp / "rep" / "wandb_report.json").write_text("{}"),
-        ),
-        code=0,
-        one_line=False,
-        check=spec_kept,
+        spec_kept,
+        lambda ctx: (ctx.tmp / "rep" / "wandb_report.json").write_text("{}"),
     ),
-    Case(
+    over_previous(
         "a-folder-with-other-files-keeps-them",
-        "reports",
-        REPORT,
-        cmd="report",
-        setup=plants(
-            demo_runs(),
-            previous_report(),
-            lambda ctx: (ctx.tmp / "rep" / "notes").mkdir(),
-            lambda ctx: (ctx.tmp / "rep" / "notes" / "mine.txt").write_text("mine"),
-        ),
-        code=0,
-        one_line=False,
-        check=others_kept,
+        others_kept,
+        lambda ctx: (ctx.tmp / "rep" / "notes").mkdir(),
+        lambda ctx: (ctx.tmp / "rep" / "notes" / "mine.txt").write_text("mine"),
     ),
 )
 
