@@ -47,12 +47,23 @@ def popen_run_py(*args: str, env_extra: dict | None = None) -> subprocess.Popen:
     )
 
 
-def run_py(*args: str, timeout: float = 300) -> subprocess.CompletedProcess:
-    """`python run.py ARGS` from the repository root; output captured (stdout not a tty)."""
+def launched_env(port: int | str) -> dict[str, str]:
+    """child_env() as a one-process launcher (torchrun, srun) gives it to its one worker: RANK 0
+    of WORLD_SIZE 1, its rendezvous at 127.0.0.1:`port`."""
+    env = {**child_env(), "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
+    env["MASTER_PORT"] = str(port)
+    return env
+
+
+def run_py(
+    *args: str, timeout: float = 300, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess:
+    """`python run.py ARGS` from the repository root; output captured (stdout not a tty). env:
+    the environment, child_env() unless given (launched_env: as a launcher's worker)."""
     return subprocess.run(
         [sys.executable, "run.py", *args],
         cwd=REPO,
-        env=child_env(),
+        env=child_env() if env is None else env,
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -192,6 +192,27 @@ def hook_steps(
     return losses, params
 
 
+def train_saving(
+    algo,
+    model: torch.nn.Module,
+    opt: torch.optim.Optimizer,
+    batches: Sequence[tuple[torch.Tensor, torch.Tensor]],
+    checkpoint_at: int,
+    lr: Callable[[int], float],
+    after: Callable[[int, torch.Tensor], None],
+) -> list[dict]:
+    """hook_step at lr(t) for every batch, from step 0, calling after(t, before) after each
+    (`before`: hook_step's parameters before algo.after_step(t)); returns the state_dicts of
+    model, opt and algo saved right before step checkpoint_at (resume_and_finish's `states`:
+    the round-based algorithms' tests take them with a round in flight)."""
+    saved: list[dict] = []
+    for t, batch in enumerate(batches):
+        if t == checkpoint_at:
+            saved = [copy.deepcopy(s.state_dict()) for s in (model, opt, algo)]
+        after(t, hook_step(algo, model, opt, t, batch, lr=lr)[1])
+    return saved
+
+
 def finish_recorded(algo) -> dict:
     """algo.finish() with what the tests check around it: the parameters (`algo.params`) right
     before ("last") and after ("final"), and copies of the ledger before ("ledger_rounds") and
@@ -240,8 +261,11 @@ def assert_model_sized(ledger, collectives: int, numel: int, itemsize: int = 8) 
     assert got == want, f"(bytes, collectives) = {got}, the closed form is {want}"
 
 
-def assert_rounds_then_finish(ledger_rounds, ledger, rounds: int, numel: int) -> None:
-    """`rounds` model-sized collectives before finish() (ledger_rounds), and finish() adds one
-    more (ledger): the closed form of the round-based algorithms' ledgers."""
-    assert_model_sized(ledger_rounds, rounds, numel)
-    assert_model_sized(ledger, rounds + 1, numel)
+def assert_rounds_then_finish(worker: dict, rounds: int) -> None:
+    """`rounds` model-sized collectives before finish() (worker["ledger_rounds"]), and finish()
+    adds one more (worker["ledger"]), the model's size being that of worker["x0"]: the closed
+    form of the round-based algorithms' ledgers, as their workers record them
+    (tests/test_cocod_sgd.py, tests/test_easgd.py, tests/test_overlap_local_sgd.py)."""
+    numel = worker["x0"].numel()
+    assert_model_sized(worker["ledger_rounds"], rounds, numel)
+    assert_model_sized(worker["ledger"], rounds + 1, numel)

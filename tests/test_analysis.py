@@ -34,6 +34,8 @@ from analysis.report import main, report
 from analysis.tables import TAU_LESS, final_accuracy_table, to_markdown, write_table
 from experiments.errors import UserError
 from tests.cli import module_here
+from tests.fixtures.make_fixtures import set_dotted
+from tests.report_files import FIGURE_FILES
 
 REPO = Path(__file__).resolve().parents[1]
 NUM_EVALS = 3
@@ -95,13 +97,7 @@ def make_config(
         "lr": 0.1,
         "milestones": [1, 2],
     }
-    for key, value in overrides.items():
-        node = config
-        *path, last = key.split("__")
-        for part in path:
-            node = node.setdefault(part, {})
-        node[last] = value
-    return config
+    return set_dotted(config, overrides)
 
 
 def acc_at(final: float, evaluation: int) -> float:
@@ -843,17 +839,7 @@ def test_cli_prints_table_then_figure_paths(tmp_path, runs_root, capsys) -> None
     stdout = capsys.readouterr().out
     table = (out / "table.md").read_text().strip()
     assert stdout.startswith(table)
-    assert stdout.rstrip().splitlines()[-6:] == [
-        str(out / name)
-        for name in (
-            "test_acc.png",
-            "test_acc.pdf",
-            "time.png",
-            "time.pdf",
-            "time_breakdown.png",
-            "time_breakdown.pdf",
-        )
-    ]
+    assert stdout.rstrip().splitlines()[-6:] == [str(out / name) for name in FIGURE_FILES]
 
 
 def test_cli_on_an_empty_root_exits_2_with_one_line(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ import signal
 import subprocess
 import time
 from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -167,6 +168,12 @@ def V(name: str, args: str, line: str, **kw) -> Case:
     return Case(name, "values", tuple(args.split()), line=line, **kw)
 
 
+def bad_fault(name: str, value: str, line: str) -> Case:
+    """run.py with the fault injection COMMSGD_INJECT_FAULT=<value> malformed: refused with
+    `line`."""
+    return V(f"fault-{name}", "", line, env={"COMMSGD_INJECT_FAULT": value})
+
+
 add(
     V("width-0", "model.width=0", r"^error: model.width must be an integer >= 1, got 0$"),
     V("width-neg", "model.width=-1", r"^error: model.width must be an integer >= 1, got -1$"),
@@ -201,42 +208,28 @@ add(
         out_root=False,
     ),
     V("interp-loop", "tau=${tau}", r"^error: tau: .*"),
-    V(
-        "fault-garbage",
-        "",
+    bad_fault(
+        "garbage",
+        "garbage",
         r"^error: COMMSGD_INJECT_FAULT must be <rank>:<step>:<kind> \(e.g. 1:40:raise\), "
         r"got 'garbage'$",
-        env={"COMMSGD_INJECT_FAULT": "garbage"},
     ),
-    V(
-        "fault-step-text",
-        "",
-        r"^error: COMMSGD_INJECT_FAULT must be <rank>:<step>:<kind>",
-        env={"COMMSGD_INJECT_FAULT": "0:x:raise"},
+    bad_fault(
+        "step-text", "0:x:raise", r"^error: COMMSGD_INJECT_FAULT must be <rank>:<step>:<kind>"
     ),
-    V(
-        "fault-kind",
-        "",
+    bad_fault(
+        "kind",
+        "0:1:boom",
         r"^error: COMMSGD_INJECT_FAULT: kind must be one of raise, exit, kill, hang, got 'boom'$",
-        env={"COMMSGD_INJECT_FAULT": "0:1:boom"},
     ),
-    V(
-        "fault-rank",
-        "",
-        r"^error: COMMSGD_INJECT_FAULT names rank 5, but the run has 2 workers",
-        env={"COMMSGD_INJECT_FAULT": "5:1:raise"},
+    bad_fault(
+        "rank", "5:1:raise", r"^error: COMMSGD_INJECT_FAULT names rank 5, but the run has 2 workers"
     ),
-    V(
-        "fault-negative",
-        "",
-        r"^error: COMMSGD_INJECT_FAULT: rank and step must be >= 0",
-        env={"COMMSGD_INJECT_FAULT": "-1:1:raise"},
+    bad_fault(
+        "negative", "-1:1:raise", r"^error: COMMSGD_INJECT_FAULT: rank and step must be >= 0"
     ),
-    V(
-        "fault-fields",
-        "",
-        r"^error: COMMSGD_INJECT_FAULT must be <rank>:<step>:<kind>",
-        env={"COMMSGD_INJECT_FAULT": "1:2:raise:4"},
+    bad_fault(
+        "fields", "1:2:raise:4", r"^error: COMMSGD_INJECT_FAULT must be <rank>:<step>:<kind>"
     ),
     V(
         "wandb-online-no-credentials",
@@ -1781,39 +1774,26 @@ def F(name: str, cmd: str, args: str, line: str, **kw) -> Case:
 
 
 INERT = r"^error: {} has no effect {} .*\(python -m analysis.{} --help\)$"
+
+
+def without_experiment(flag: str, value: str, cmd: str = "report") -> Case:
+    """`python -m analysis.<cmd> RUNS --out REP <flag> <value>` (demo runs): <flag> acts only
+    with --experiment, so it is refused in one line and nothing is written at REP."""
+    return F(
+        f"{cmd.replace('_', '-')}-{flag[2:]}-without-experiment",
+        cmd,
+        f"{{tmp}}/runs --out {{tmp}}/rep {flag} {value}",
+        INERT.format(flag, "without --experiment NAME", cmd),
+        setup=demo_runs(),
+        check=nothing_at("rep"),
+    )
+
+
 add(
-    F(
-        "report-scale-without-experiment",
-        "report",
-        "{tmp}/runs --out {tmp}/rep --scale smoke",
-        INERT.format("--scale", "without --experiment NAME", "report"),
-        setup=demo_runs(),
-        check=nothing_at("rep"),
-    ),
-    F(
-        "report-set-without-experiment",
-        "report",
-        "{tmp}/runs --out {tmp}/rep --set cluster=sim",
-        INERT.format("--set", "without --experiment NAME", "report"),
-        setup=demo_runs(),
-        check=nothing_at("rep"),
-    ),
-    F(
-        "report-out-root-without-experiment",
-        "report",
-        "{tmp}/runs --out {tmp}/rep --out-root {tmp}",
-        INERT.format("--out-root", "without --experiment NAME", "report"),
-        setup=demo_runs(),
-        check=nothing_at("rep"),
-    ),
-    F(
-        "report-conf-without-experiment",
-        "report",
-        "{tmp}/runs --out {tmp}/rep --conf conf",
-        INERT.format("--conf", "without --experiment NAME", "report"),
-        setup=demo_runs(),
-        check=nothing_at("rep"),
-    ),
+    without_experiment("--scale", "smoke"),
+    without_experiment("--set", "cluster=sim"),
+    without_experiment("--out-root", "{tmp}"),
+    without_experiment("--conf", "conf"),
     F(
         "report-unknown-flag-in-one-line",
         "report",
@@ -1851,14 +1831,7 @@ add(
         "--run x --points all",
         INERT.format("--points", "with --run", "verify"),
     ),
-    F(
-        "wandb-report-set-without-experiment",
-        "wandb_report",
-        "{tmp}/runs --out {tmp}/rep --set cluster=sim",
-        INERT.format("--set", "without --experiment NAME", "wandb_report"),
-        setup=demo_runs(),
-        check=nothing_at("rep"),
-    ),
+    without_experiment("--set", "cluster=sim", "wandb_report"),
     F(
         "tune-preset-cluster-without-a-run",
         "tune_preset",
@@ -2012,56 +1985,59 @@ def others_kept(ctx: Ctx, result: Result) -> None:
 
 
 REPORT = ("{tmp}/runs", "--out", "{tmp}/rep")
+
+
+def R(name: str, args: tuple[str, ...] = REPORT, **kw) -> Case:
+    return Case(name, "reports", args, cmd="report", **kw)
+
+
+def over_previous(name: str, check: Callable, *plants_: Callable) -> Case:
+    """A report written over a previous one in the same --out folder, with what `plants_` put
+    there beside it: it succeeds, and `check` says what became of them."""
+    return R(
+        name,
+        setup=plants(demo_runs(), previous_report(), *plants_),
+        code=0,
+        one_line=False,
+        check=check,
+    )
+
+
 add(
-    Case(
+    R(
         "out-is-a-file",
-        "reports",
-        REPORT,
-        cmd="report",
         setup=plants(demo_runs(), lambda ctx: (ctx.tmp / "rep").write_text("a file")),
         line=r"^error: --out .*/rep is a file, not a folder: name a folder for the report$",
     ),
-    Case(
+    R(
         "out-cannot-be-made",
-        "reports",
         ("{tmp}/runs", "--out", "/proc/none/rep"),
-        cmd="report",
         setup=demo_runs(),
         line=r"^error: cannot write the report into /proc/none/rep: ",
     ),
-    Case(
+    R(
         "disk-full-writing-a-figure",
-        "reports",
-        REPORT,
-        cmd="report",
         setup=plants(demo_runs(), previous_report()),
         patch=savefig_disk_full,
         line=r"^error: disk full writing the report: the previous report in .*/rep is unchanged$",
     ),
-    Case(
+    R(
         "disk-full-writing-a-preset-report",
-        "reports",
         (*REPORT, "--experiment", "demo"),
-        cmd="report",
         setup=demo_runs(),
         patch=savefig_disk_full,
         line=r"^error: disk full writing the report: nothing written$",
         check=nothing_at("rep"),
     ),
-    Case(
+    R(
         "disk-full-on-a-small-disk",
-        "reports",
         ("{tmp}/runs", "--out", "{tmp}/mnt/rep"),
-        cmd="report",
         setup=plants(demo_runs(), small_tmpfs("48k")),
         line=r"^error: disk full writing the report: nothing written$",
         check=nothing_at("mnt/rep"),
     ),
-    Case(
+    R(
         "ctrl-c-while-writing",
-        "reports",
-        REPORT,
-        cmd="report",
         setup=plants(demo_runs(), previous_report()),
         act=then(when(report_tmp()), send(signal.SIGINT)),
         inproc=False,
@@ -2070,69 +2046,36 @@ add(
         one_line=True,
         check=previous_or_complete(),
     ),
-    Case(
+    R(
         "term-while-writing",
-        "reports",
-        REPORT,
-        cmd="report",
         setup=plants(demo_runs(), previous_report()),
         act=then(when(report_tmp()), send(signal.SIGTERM)),
         inproc=False,
         line=r"^error: stopped by SIGTERM",
         check=previous_or_complete(),
     ),
-    Case(
+    R(
         "term-before-the-report-started",
-        "reports",
-        REPORT,
-        cmd="report",
         setup=plants(demo_runs(), previous_report()),
         act=then(when(importing), send(signal.SIGTERM)),
         inproc=False,
         line=r"^error: stopped by SIGTERM before the report started: nothing written$",
     ),
-    Case(
+    over_previous(
         "a-previous-report-is-replaced-whole",
-        "reports",
-        REPORT,
-        cmd="report",
-        setup=plants(
-            demo_runs(),
-            previous_report(),
-            lambda ctx: (ctx.tmp / "rep" / "claims.md").write_text("stale"),
-        ),
-        code=0,
-        one_line=False,
-        check=replaced_whole,
+        replaced_whole,
+        lambda ctx: (ctx.tmp / "rep" / "claims.md").write_text("stale"),
     ),
-    Case(
+    over_previous(
         "a-w-and-b-spec-beside-the-report-is-kept",
-        "reports",
-        REPORT,
-        cmd="report",
-        setup=plants(
-            demo_runs(),
-            previous_report(),
-            lambda ctx: (ctx.tmp / "rep" / "wandb_report.json").write_text("{}"),
-        ),
-        code=0,
-        one_line=False,
-        check=spec_kept,
+        spec_kept,
+        lambda ctx: (ctx.tmp / "rep" / "wandb_report.json").write_text("{}"),
     ),
-    Case(
+    over_previous(
         "a-folder-with-other-files-keeps-them",
-        "reports",
-        REPORT,
-        cmd="report",
-        setup=plants(
-            demo_runs(),
-            previous_report(),
-            lambda ctx: (ctx.tmp / "rep" / "notes").mkdir(),
-            lambda ctx: (ctx.tmp / "rep" / "notes" / "mine.txt").write_text("mine"),
-        ),
-        code=0,
-        one_line=False,
-        check=others_kept,
+        others_kept,
+        lambda ctx: (ctx.tmp / "rep" / "notes").mkdir(),
+        lambda ctx: (ctx.tmp / "rep" / "notes" / "mine.txt").write_text("mine"),
     ),
 )
 

@@ -4,7 +4,6 @@ the state_dict round trip."""
 
 from __future__ import annotations
 
-import copy
 import dataclasses
 
 import pytest
@@ -13,15 +12,8 @@ import torch
 from algorithms.cocod_sgd import CoCoDSGD, Config, add_progress_
 from algorithms.comm import Comm
 from experiments.training.models import TinyCNN
-from tests.steps import (
-    assert_rounds_then_finish,
-    close,
-    finish_recorded,
-    flat,
-    hook_step,
-    rank_batches,
-    resume_and_finish,
-)
+from tests import steps
+from tests.steps import close, flat
 
 STEPS, TAU, CHECKPOINT_AT = 10, 3, 4  # rounds end at t = 2, 5, 8; t = 9 is a partial round
 D = torch.float64
@@ -62,27 +54,23 @@ def _build(seed: int = 0):
     return model, opt, CoCoDSGD(model, opt, Comm(), Config(), tau=TAU)
 
 
-def _step(model, opt, algo, t: int, batch) -> torch.Tensor:
-    """One step of the loop's hook sequence at _lr(t); returns the parameters before after_step."""
-    return hook_step(algo, model, opt, t, batch, lr=_lr)[1]
-
-
 def _train(rank: int, world_size: int) -> dict:
     model, opt, algo = _build()
-    batches = rank_batches(rank, STEPS)
+    batches = steps.rank_batches(rank, STEPS)
     out = {"x0": flat(algo.params), "rounds": []}
-    for t in range(STEPS):
-        if t == CHECKPOINT_AT:  # an average is in flight: state_dict() must fold it in
-            saved = [copy.deepcopy(s.state_dict()) for s in (model, opt, algo)]
-        before = _step(model, opt, algo, t, batches[t])
+
+    def after(t: int, before: torch.Tensor) -> None:
         if algo.round_ends(t):  # (x before the fold, x after, the average z used)
             out["rounds"].append((before, flat(algo.params), flat(algo.average)))
             assert torch.equal(flat(algo.snapshot), out["rounds"][-1][1])  # y_i <- x_i
-    out.update(finish_recorded(algo))
+
+    # at CHECKPOINT_AT an average is in flight: state_dict() must fold it in
+    saved = steps.train_saving(algo, model, opt, batches, CHECKPOINT_AT, _lr, after)
+    out.update(steps.finish_recorded(algo))
     out["eval_is_local"] = algo.eval_model() is model
 
     model2, opt2, algo2 = _build(seed=1)  # other weights: the load must matter
-    out["final_resumed"] = resume_and_finish(
+    out["final_resumed"] = steps.resume_and_finish(
         saved, model2, opt2, algo2, batches[CHECKPOINT_AT:], CHECKPOINT_AT, lr=_lr
     )
     return out
@@ -142,9 +130,8 @@ def test_rule_matches_the_reference_and_its_invariants(runs):
 @pytest.mark.dist
 def test_ledger_one_model_per_round(runs):
     for w in runs:
-        numel, rounds = w["x0"].numel(), STEPS // TAU
         # finish(): one exact blocking average after the last fold
-        assert_rounds_then_finish(w["ledger_rounds"], w["ledger"], rounds, numel)
+        steps.assert_rounds_then_finish(w, STEPS // TAU)
 
 
 @pytest.mark.dist

@@ -15,14 +15,8 @@ from algorithms.comm import Comm
 from algorithms.easgd import EAMSGD, EASGD, Config, centre_message, stability_error
 from algorithms.mixing import pull_toward_
 from experiments.training.models import TinyCNN
-from tests.steps import (
-    assert_rounds_then_finish,
-    finish_recorded,
-    flat,
-    hook_step,
-    rank_batches,
-    resume_and_finish,
-)
+from tests import steps
+from tests.steps import flat
 
 STEPS, TAU, CHECKPOINT_AT = 10, 3, 4  # rounds end at t = 2, 5, 8; t = 9 is a partial round
 VARIANTS = {"easgd": EASGD, "eamsgd": EAMSGD}
@@ -159,21 +153,23 @@ def _build(cls, cfg: Config, seed: int = 0):
 
 def _step(model, opt, algo, t: int, batch) -> torch.Tensor:
     """One step of the loop's hook sequence at _lr(t); returns the parameters before after_step."""
-    return hook_step(algo, model, opt, t, batch, lr=_lr)[1]
+    return steps.hook_step(algo, model, opt, t, batch, lr=_lr)[1]
 
 
 def _train(rank: int, world_size: int, label: str, alpha: float | None) -> dict:
     cls, cfg = VARIANTS[label], Config(alpha=alpha)
     model, opt, algo = _build(cls, cfg)
-    batches = rank_batches(rank, STEPS)
+    batches = steps.rank_batches(rank, STEPS)
     out = {"x0": flat(algo.params), "alpha": algo.alpha, "rounds": []}
-    for t in range(STEPS):
-        if t == CHECKPOINT_AT:  # a centre is in flight: state_dict() must fold it in
-            saved = [copy.deepcopy(s.state_dict()) for s in (model, opt, algo)]
-        before = _step(model, opt, algo, t, batches[t])
+
+    def after(t: int, before: torch.Tensor) -> None:
         if algo.round_ends(t):  # (x before the pull, x after, the centre z_r used)
             out["rounds"].append((before, flat(algo.params), flat(algo.centre)))
-    out.update(finish_recorded(algo))  # "last": a partial round was computed after the last sync
+
+    # at CHECKPOINT_AT a centre is in flight: state_dict() must fold it in
+    saved = steps.train_saving(algo, model, opt, batches, CHECKPOINT_AT, _lr, after)
+    # "last": a partial round was computed after the last sync
+    out.update(steps.finish_recorded(algo))
     centre_model = algo.eval_model()
     out["eval_params"] = flat(centre_model.parameters())
     out["eval_buffers_are_own"] = all(
@@ -182,7 +178,7 @@ def _train(rank: int, world_size: int, label: str, alpha: float | None) -> dict:
     out["bn_mean"] = flat([model.features[1].running_mean])
 
     model2, opt2, algo2 = _build(cls, cfg, seed=1)  # other weights: the load must matter
-    out["final_resumed"] = resume_and_finish(
+    out["final_resumed"] = steps.resume_and_finish(
         saved, model2, opt2, algo2, batches[CHECKPOINT_AT:], CHECKPOINT_AT, lr=_lr
     )
     return out
@@ -209,7 +205,7 @@ def _independent(rank: int) -> dict:
                 ref.parameters(), lr=_lr(0), momentum=0.9, nesterov=True, weight_decay=1e-4
             )
         gap = 0.0
-        for t, (x, y) in enumerate(rank_batches(rank, STEPS)):
+        for t, (x, y) in enumerate(steps.rank_batches(rank, STEPS)):
             _step(model, opt, algo, t, (x, y))
             ref.zero_grad()
             F.cross_entropy(ref(x), y).backward()
@@ -265,10 +261,8 @@ def test_rule_is_synchronous_easgd_with_hidden_communication(runs, label):
 @pytest.mark.parametrize("label", list(VARIANTS))
 def test_ledger_one_model_per_round(runs, label):
     for w in (r[label] for r in runs):
-        numel = w["x0"].numel()
-        rounds = STEPS // TAU
         # finish() closes the partial round: one more model-sized all-reduce
-        assert_rounds_then_finish(w["ledger_rounds"], w["ledger"], rounds, numel)
+        steps.assert_rounds_then_finish(w, STEPS // TAU)
 
 
 @pytest.mark.dist

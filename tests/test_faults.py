@@ -11,14 +11,13 @@ import os
 import signal
 import socket
 import subprocess
-import sys
 import time
 import warnings
 from pathlib import Path
 
 import pytest
 
-from tests.cli import REPO, popen_run_py, run_dir_of, run_py, run_py_here
+from tests.cli import launched_env, popen_run_py, run_dir_of, run_py, run_py_here
 from tests.cli import run_py_with_workers_here as run_here
 
 # e2e: the tests with real processes. Bad input is answered before any worker starts: those
@@ -255,15 +254,8 @@ def test_rendezvous_port_in_use_is_one_line(tmp_path):
         busy.bind(("127.0.0.1", 0))
         busy.listen()
         port = busy.getsockname()[1]
-        env = {**os.environ, "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
-        env["MASTER_PORT"] = str(port)
-        proc = subprocess.run(
-            [sys.executable, "run.py", *FAST, "workers=1", f"out_root={tmp_path}"],
-            cwd=REPO,
-            env=env,
-            capture_output=True,
-            text=True,
-            timeout=120,
+        proc = run_py(
+            *FAST, "workers=1", f"out_root={tmp_path}", timeout=120, env=launched_env(port)
         )
     assert proc.returncode == 2
     assert proc.stderr.strip() == (

@@ -13,15 +13,8 @@ import torch
 from algorithms.comm import Comm
 from algorithms.overlap_local_sgd import Config, OverlapLocalSGD, anchor_message, anchor_momentum
 from experiments.training.models import TinyCNN
-from tests.steps import (
-    assert_rounds_then_finish,
-    close,
-    finish_recorded,
-    flat,
-    hook_step,
-    rank_batches,
-    resume_and_finish,
-)
+from tests import steps
+from tests.steps import close, flat
 
 STEPS, TAU, CHECKPOINT_AT = 9, 2, 4  # rounds end at t = 1, 3, 5, 7; t = 8 is a partial round
 CONFIGS = {"momentum": (0.6, 0.7), "plain": (0.5, 0.0), "zero": (0.0, 0.0)}  # (alpha, beta)
@@ -91,7 +84,7 @@ def _build(cfg: Config, seed: int = 0):
 
 def _step(model, opt, algo, t: int, batch) -> torch.Tensor:
     """One step of the loop's hook sequence at _lr(t); returns the parameters before after_step."""
-    return hook_step(algo, model, opt, t, batch, lr=_lr)[1]
+    return steps.hook_step(algo, model, opt, t, batch, lr=_lr)[1]
 
 
 def _train(rank: int, alpha: float, beta: float) -> dict:
@@ -104,22 +97,23 @@ def _train(rank: int, alpha: float, beta: float) -> dict:
     no_comm = SimpleNamespace(
         params=list(ref.parameters()), before_step=lambda t: None, after_step=lambda t: None
     )
-    batches = rank_batches(rank, STEPS)
+    batches = steps.rank_batches(rank, STEPS)
     out = {"x0": flat(algo.params), "rounds": [], "gap_to_local": 0.0}
-    for t in range(STEPS):
-        if t == CHECKPOINT_AT:  # an anchor is in flight: state_dict() must fold it in
-            saved = [copy.deepcopy(s.state_dict()) for s in (model, opt, algo)]
-        before = _step(model, opt, algo, t, batches[t])
+
+    def after(t: int, before: torch.Tensor) -> None:
         _step(ref, ref_opt, no_comm, t, batches[t])
         gap = (flat(model.parameters()) - flat(ref.parameters())).abs().max().item()
         out["gap_to_local"] = max(out["gap_to_local"], gap)
         if algo.round_ends(t):  # (x before the pull, x after, the anchor z_r used, eta_r)
             out["rounds"].append((before, flat(algo.params), flat(algo.anchor), _lr(t)))
-    out.update(finish_recorded(algo))
+
+    # at CHECKPOINT_AT an anchor is in flight: state_dict() must fold it in
+    saved = steps.train_saving(algo, model, opt, batches, CHECKPOINT_AT, _lr, after)
+    out.update(steps.finish_recorded(algo))
     out["eval_is_local"] = algo.eval_model() is model
 
     model2, opt2, algo2 = _build(cfg, seed=1)  # other weights: the load must matter
-    out["final_resumed"] = resume_and_finish(
+    out["final_resumed"] = steps.resume_and_finish(
         saved, model2, opt2, algo2, batches[CHECKPOINT_AT:], CHECKPOINT_AT, lr=_lr
     )
     return out
@@ -173,9 +167,8 @@ def test_finish_leaves_the_mean_model_on_every_worker(runs, name):
 @pytest.mark.parametrize("name", list(CONFIGS))
 def test_ledger_one_model_per_round(runs, name):
     for w in (r[name] for r in runs):
-        numel, rounds = w["x0"].numel(), STEPS // TAU
         # finish(): one exact blocking average
-        assert_rounds_then_finish(w["ledger_rounds"], w["ledger"], rounds, numel)
+        steps.assert_rounds_then_finish(w, STEPS // TAU)
 
 
 @pytest.mark.dist

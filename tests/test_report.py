@@ -56,6 +56,7 @@ from analysis.tables import (
 from experiments.errors import UserError
 from tests.cli import module_here
 from tests.fixtures import make_fixtures as fx
+from tests.report_files import FIGURE_FILES
 
 REPO = Path(__file__).resolve().parents[1]
 FIXTURES = Path(fx.__file__).resolve().parent
@@ -645,6 +646,19 @@ def seed_effect(n: int) -> np.ndarray:
     return np.arange(n) - (n - 1) / 2
 
 
+def paired(key: str, mean: float, luck: float, own_sd: float, n: int = 8) -> np.ndarray:
+    """A method's value on seeds 0..n-1: `mean` + `luck` x each seed's luck shared by every
+    method (seed_effect) + `own_sd` x the method's own noise (noise(key, n))."""
+    return mean + luck * seed_effect(n) + own_sd * noise(key, n)
+
+
+def assert_holds(result, first_detail: str):
+    """`result` (a claim's verdict) holds, and its first detail line begins `first_detail`."""
+    assert result.holds is True, result.details
+    assert result.details[0].startswith(first_detail)
+    return result
+
+
 def acc_runs(
     table: dict[str, dict[int, float | str]],
     spread: float = 0.005,
@@ -1059,9 +1073,7 @@ def test_osp_losp_faster_than_sync_under_heterogeneity() -> None:
         luck + 2 s x the method's own noise; every run reached it."""
         runs = []
         for name, tau, mean in (("sync_sgd", 1, 100.0), ("osp", 2, 60.0), ("losp", 2, losp_s)):
-            own = noise(f"{name}|{tau}", 8)
-            for s in range(8):
-                to = mean + 1.0 * seed_effect(8)[s] + 2.0 * own[s]
+            for s, to in enumerate(paired(f"{name}|{tau}", mean, 1.0, 2.0)):
                 runs.append(
                     {
                         **dict(algorithm=name, tau=tau, seed=s, train=to + 10, slowdown=slowdown),
@@ -1075,12 +1087,11 @@ def test_osp_losp_faster_than_sync_under_heterogeneity() -> None:
         ]
         return runs_frame(*runs)
 
-    fast = verdict("osp_losp_faster_than_sync_under_heterogeneity", frame(70.0))
-    assert fast.holds is True, fast.details
     # the claim is on the time to the target accuracy now, paired by seed
-    assert fast.details[0].startswith(
+    assert_holds(
+        verdict("osp_losp_faster_than_sync_under_heterogeneity", frame(70.0)),
         "slowdown=one_slow, tau=2: holds: sync_sgd 100 s vs losp 70 s (paired, n=8): "
-        "difference +30 s"
+        "difference +30 s",
     )
     assert verdict("osp_losp_faster_than_sync_under_heterogeneity", frame(120.0)).holds is False
     # 0.5 s sooner against an MDD of about 3 s
@@ -1095,46 +1106,22 @@ def test_pseudo_sync_matches_sync_is_an_equivalence() -> None:
         own noise at that worker count."""
         runs = []
         for m in (2, 4):
-            sync_own, pseudo_own = noise(f"sync_sgd|{m}", 8), noise(f"pseudo_sync|{m}", 8)
+            sync = paired(f"sync_sgd|{m}", 0.95, 0.002, spread)
+            if pseudo != "div":
+                own = paired(f"pseudo_sync|{m}", pseudo, 0.002, spread)
             for s in range(8):
-                shared = 0.002 * seed_effect(8)[s]
-                runs.append(
-                    dict(
-                        algorithm="sync_sgd",
-                        tau=1,
-                        workers=m,
-                        seed=s,
-                        acc=0.95 + shared + spread * sync_own[s],
-                    )
-                )
+                run = dict(tau=1, workers=m, seed=s)
+                runs.append(dict(algorithm="sync_sgd", **run, acc=sync[s]))
                 if pseudo == "div":
-                    runs.append(
-                        dict(
-                            algorithm="pseudo_sync",
-                            tau=1,
-                            workers=m,
-                            seed=s,
-                            acc=0.1,
-                            status="diverged",
-                        )
-                    )
+                    runs.append(dict(algorithm="pseudo_sync", **run, acc=0.1, status="diverged"))
                 else:
-                    runs.append(
-                        dict(
-                            algorithm="pseudo_sync",
-                            tau=1,
-                            workers=m,
-                            seed=s,
-                            acc=pseudo + shared + spread * pseudo_own[s],
-                        )
-                    )
-        return runs_frame(*runs)  # fmt: skip
+                    runs.append(dict(algorithm="pseudo_sync", **run, acc=own[s]))
+        return runs_frame(*runs)
 
-    close = verdict("pseudo_sync_matches_sync", frame(0.945))
-    assert close.holds is True, close.details
-    assert close.details[0].startswith(
+    close = assert_holds(
+        verdict("pseudo_sync_matches_sync", frame(0.945)),
         "workers=2: holds: pseudo_sync 0.945 vs sync_sgd 0.950 (paired, n=8): difference -0.005, "
-        "90% CI ["
+        "90% CI [",
     )
     assert close.evidence == "2 conditions: holds 2; comparable = within 0.015"
     assert verdict("pseudo_sync_matches_sync", frame(0.90)).holds is False
@@ -1233,12 +1220,7 @@ def test_cli_prints_table_claims_then_paths(tmp_path: Path) -> None:
             "table.md",
             "table.tex",
             "table.csv",
-            "test_acc.png",
-            "test_acc.pdf",
-            "time.png",
-            "time.pdf",
-            "time_breakdown.png",
-            "time_breakdown.pdf",
+            *FIGURE_FILES,
             "claims.md",
             "runs.jsonl.gz",
             "provenance.txt",

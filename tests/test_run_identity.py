@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.cli import REPO, child_env, run_dir_of
+from tests.cli import REPO, child_env, launched_env, run_dir_of, run_py
 from tests.cli import run_py_with_workers_here as run_here  # run.py here, its workers real
 
 FAST = ("scale=smoke", "dataset=synthetic", "wandb.mode=disabled", "progress=false")
@@ -205,16 +205,8 @@ def test_a_launchers_world_size_must_be_the_configs(tmp_path):
     """issue 12 item 1 / issue 14 class 1: a 2-process torchrun of `workers=4` ran 2 workers
     into the 4-worker run's record; a 1-worker torchrun run and a 2-worker spawned run shared
     one record."""
-    env = {**child_env(), "RANK": "0", "WORLD_SIZE": "1", "MASTER_ADDR": "127.0.0.1"}
-    env["MASTER_PORT"] = "29731"
-    proc = subprocess.run(
-        [sys.executable, "run.py", *TINY, "workers=2", f"out_root={tmp_path / 'env'}"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+    env = launched_env(29731)
+    proc = run_py(*TINY, "workers=2", f"out_root={tmp_path / 'env'}", timeout=120, env=env)
     assert proc.returncode == 2
     assert proc.stderr.strip().splitlines() == [
         "error: the launcher started 1 workers but workers=2: give run.py workers=1, or start "

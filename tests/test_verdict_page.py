@@ -179,43 +179,61 @@ def test_no_claims_json_is_one_error_line_and_exit_2(tmp_path: Path, capsys) -> 
 # --- recompute --update -------------------------------------------------------------------------
 
 
+def folder_of(folder: Path, provenance: tuple[str, ...], **files: str | bytes) -> Path:
+    """`folder` made, with a provenance.txt of these lines and these files (RECORDS named
+    `records`, the others by their name with the dot as `_`)."""
+    folder.mkdir(parents=True)
+    (folder / "provenance.txt").write_text("".join(f"{line}\n" for line in provenance))
+    for key, content in files.items():
+        path = folder / (RECORDS if key == "records" else key.replace("_", "."))
+        if isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+    return folder
+
+
 def committed(folder: Path) -> Path:
     """A result folder as committed: provenance (with a sweep command and an earlier
     recomputation), records, a table."""
-    folder.mkdir(parents=True)
-    (folder / "provenance.txt").write_text(
+    provenance = (
         "command: python -m analysis.report --experiment demo --scale cpu outputs/demo/runs "
-        "--out results/demo/cpu\n"
-        "git commit: old\n"
-        "date: 2020-01-01T00:00:00Z\n"
-        "runs root: outputs/demo/runs\n"
-        "records: runs.jsonl.gz (2 runs)\n"
-        "sweep command: python -m experiments.sweep demo --scale cpu\n"
-        "recomputed: from runs.jsonl.gz by python -m analysis.recompute --update at old\n"
+        "--out results/demo/cpu",
+        "git commit: old",
+        "date: 2020-01-01T00:00:00Z",
+        "runs root: outputs/demo/runs",
+        "records: runs.jsonl.gz (2 runs)",
+        "sweep command: python -m experiments.sweep demo --scale cpu",
+        "recomputed: from runs.jsonl.gz by python -m analysis.recompute --update at old",
     )
-    (folder / RECORDS).write_bytes(b"the committed records")
-    (folder / "table.md").write_text("old table\n")
-    (folder / "claims.md").write_text("same claims\n")
-    return folder
+    return folder_of(
+        folder,
+        provenance,
+        records=b"the committed records",
+        table_md="old table\n",
+        claims_md="same claims\n",
+    )
 
 
 def recomputation(folder: Path) -> Path:
     """What a report from the records writes: a provenance of its own, records again (other
     bytes), a new table, the same claims.md, a claims.json the result did not have."""
-    folder.mkdir(parents=True)
-    (folder / "provenance.txt").write_text(
+    provenance = (
         "command: python -m analysis.report --experiment demo --scale cpu "
-        "results/demo/cpu/runs.jsonl.gz --out outputs/recompute/demo/cpu\n"
-        "git commit: new\n"
-        "date: 2030-01-01T00:00:00Z\n"
-        "runs root: results/demo/cpu/runs.jsonl.gz\n"
-        "records: runs.jsonl.gz (2 runs)\n"
+        "results/demo/cpu/runs.jsonl.gz --out outputs/recompute/demo/cpu",
+        "git commit: new",
+        "date: 2030-01-01T00:00:00Z",
+        "runs root: results/demo/cpu/runs.jsonl.gz",
+        "records: runs.jsonl.gz (2 runs)",
     )
-    (folder / RECORDS).write_bytes(b"records written again")
-    (folder / "table.md").write_text("new table\n")
-    (folder / "claims.md").write_text("same claims\n")
-    (folder / "claims.json").write_text('{"claims": []}\n')
-    return folder
+    return folder_of(
+        folder,
+        provenance,
+        records=b"records written again",
+        table_md="new table\n",
+        claims_md="same claims\n",
+        claims_json='{"claims": []}\n',
+    )
 
 
 def test_update_copies_the_recomputation_keeping_the_command_and_the_records(

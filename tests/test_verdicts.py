@@ -76,6 +76,11 @@ def assert_paired(c, a: list[float], b: list[float], level: float = 0.95) -> Non
 # --- frames -------------------------------------------------------------------------------------
 
 
+def assert_undecided(result: ClaimResult, evidence: str) -> None:
+    """The claim cannot be told (holds None), for the reason `evidence`."""
+    assert (result.holds, result.evidence) == (None, evidence)
+
+
 def cfg(config: dict) -> tuple:
     """A run's extra config keys as a hashable key part."""
     return tuple(sorted(config.items()))
@@ -258,7 +263,7 @@ def test_noniid_control_does_not_hold_when_noniid_is_above() -> None:
 def test_noniid_control_missing_data() -> None:
     no_local = acc_frame({("sync_sgd", 1, cfg({"partition.name": "iid"})): [0.9, 0.91]})
     result = verdict(NONIID, no_local)
-    assert (result.holds, result.evidence) == (None, "no completed or diverged local_sgd run")
+    assert_undecided(result, "no completed or diverged local_sgd run")
     # both partitions, but only at a smaller tau than the largest
     one = acc_frame(
         {
@@ -268,10 +273,7 @@ def test_noniid_control_missing_data() -> None:
         }
     )
     result = verdict(NONIID, one)
-    assert (result.holds, result.evidence) == (
-        None,
-        "no Local SGD runs on both partitions at tau=8",
-    )
+    assert_undecided(result, "no Local SGD runs on both partitions at tau=8")
 
 
 # --- control_sync_slower_on_a_modeled_network ---------------------------------------------------
@@ -331,16 +333,13 @@ def test_sync_slower_control_without_sync_on_a_modeled_network() -> None:
         }
     )
     result = verdict(SYNC_SLOWER, frame)
-    assert (result.holds, result.evidence) == (None, "no completed or diverged sync_sgd run")
+    assert_undecided(result, "no completed or diverged sync_sgd run")
     slow = cfg({"network.name": "ethernet1g", "partition.name": "iid"})
     frame = target_frame(
         {("sync_sgd", 1, slow): [100.0, 101.0], ("local_sgd", 1, slow): [60.0, 61.0]}
     )
     result = verdict(SYNC_SLOWER, frame)
-    assert (result.holds, result.evidence) == (
-        None,
-        "no Local SGD run at a tau > 1 on a modeled network",
-    )
+    assert_undecided(result, "no Local SGD run at a tau > 1 on a modeled network")
 
 
 # --- control_osp_equals_losp_on_ideal_network ---------------------------------------------------
@@ -419,10 +418,7 @@ def test_osp_equals_losp_missing_data() -> None:
         {("osp", 2, cfg({"network.name": "ideal", "slowdown": "none"})): [0.9, 0.9]}
     )
     result = verdict(EQUALS, only_osp)
-    assert (result.holds, result.evidence) == (
-        None,
-        "no losp run on the ideal network with equal workers",
-    )
+    assert_undecided(result, "no losp run on the ideal network with equal workers")
     slow = cfg({"network.name": "ideal", "slowdown": "one_slow"})
     only_slow = acc_frame({("osp", 2, slow): [0.9, 0.9], ("losp", 2, slow): [0.9, 0.9]})
     assert verdict(EQUALS, only_slow).evidence == (
@@ -527,7 +523,7 @@ def test_losp_sooner_missing_data() -> None:
     none = cfg({"slowdown": "none"})
     frame = target_frame({("losp", 2, none): [60.0, 61.0], ("osp", 2, none): [80.0, 81.0]})
     result = verdict(SOONER, frame)
-    assert (result.holds, result.evidence) == (None, "no osp run with heterogeneous workers")
+    assert_undecided(result, "no osp run with heterogeneous workers")
 
 
 # --- osp_losp_faster_than_sync_under_heterogeneity ----------------------------------------------
@@ -581,9 +577,8 @@ def test_osp_losp_faster_than_sync_missing_data() -> None:
     none = cfg({"slowdown": "none"})
     frame = target_frame({("sync_sgd", 1, none): [100.0, 101.0], ("osp", 2, none): [60.0, 61.0]})
     result = verdict(FASTER, frame)
-    assert (result.holds, result.evidence) == (
-        None,
-        "no completed run with heterogeneous workers (compute.slowdown other than none)",
+    assert_undecided(
+        result, "no completed run with heterogeneous workers (compute.slowdown other than none)"
     )
 
 
@@ -623,7 +618,7 @@ def test_pseudo_sync_faster_does_not_hold_when_later_at_one_worker_count() -> No
 def test_pseudo_sync_faster_missing_data() -> None:
     frame = target_frame({("sync_sgd", 1, cfg({})): [100.0, 101.0]})
     result = verdict(PSEUDO_FASTER, frame)
-    assert (result.holds, result.evidence) == (None, "no completed or diverged pseudo_sync run")
+    assert_undecided(result, "no completed or diverged pseudo_sync run")
 
 
 # --- pseudo_sync_scales_better ------------------------------------------------------------------
@@ -712,7 +707,7 @@ def test_pseudo_sync_scales_better_missing_data() -> None:
     train = {("sync_sgd", 2): [100.0, 100.0], ("sync_sgd", 8): [125.0, 125.0]}
     train[("pseudo_sync", 2)] = [100.0, 100.0]
     result = verdict(SCALES, scaling_frame(train))
-    assert (result.holds, result.evidence) == (None, "no pseudo_sync runs at two worker counts")
+    assert_undecided(result, "no pseudo_sync runs at two worker counts")
 
 
 # --- ClaimResult.as_dict and claims.json --------------------------------------------------------
@@ -860,7 +855,7 @@ def test_losp_sooner_does_not_count_runs_without_a_slowdown_as_heterogeneous() -
         }
     )
     result = verdict(SOONER, frame)
-    assert (result.holds, result.evidence) == (None, "no osp run with heterogeneous workers")
+    assert_undecided(result, "no osp run with heterogeneous workers")
 
 
 def test_osp_equals_losp_takes_runs_without_a_slowdown_as_equal_workers() -> None:
