@@ -240,3 +240,18 @@ def canonical(value: Any) -> Any:
             return None
         return int(number) if number.is_integer() else number
     return str(value)
+
+
+def add_preset_arguments(parser: Any, experiment_help: str) -> None:
+    """The command-line options that pick a preset's runs (`--experiment`, `--scale`, `--set`),
+    shared by analysis/report.py and analysis/wandb_report.py."""
+    parser.add_argument("--experiment", metavar="NAME", help=experiment_help)
+    parser.add_argument("--scale", metavar="SCALE", help="only the runs at this scale.name")
+    parser.add_argument(
+        "--set",
+        action="append",
+        default=[],
+        metavar="KEY=VALUE",
+        help="an override the sweep was run with (e.g. cluster=sim): the grid's points are "
+        "composed with it (repeatable)",
+    )

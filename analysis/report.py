@@ -79,6 +79,7 @@ from analysis.grid import (
     GROUPS,
     PointConfigs,
     Preset,
+    add_preset_arguments,
     compose_preset,
     expand_sweeps,
     grid_column,
@@ -682,18 +683,7 @@ def _main(argv: Sequence[str] | None) -> int:
     parser.add_argument("roots", nargs="+", type=Path, metavar="RUNS_ROOT")
     parser.add_argument("--out", required=True, type=Path, metavar="OUT_DIR")
     parser.add_argument("--name", default="table", help="stem of the table files")
-    parser.add_argument(
-        "--experiment", metavar="NAME", help="report the preset NAME: its runs, grid and claims"
-    )
-    parser.add_argument("--scale", metavar="SCALE", help="only the runs at this scale.name")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an override the sweep was run with (e.g. cluster=sim): the grid's points are "
-        "composed with it (repeatable)",
-    )
+    add_preset_arguments(parser, "report the preset NAME: its runs, grid and claims")
     parser.add_argument(
         "--out-root",
         type=Path,

@@ -264,17 +264,10 @@ def compare(
     return _holm(Comparison(**base, estimate=estimate, low=low, high=high, holds=holds))
 
 
-def welch(
-    a: str,
-    a_values: Sequence[float],
-    b: str,
-    b_values: Sequence[float],
-    threshold: float = 0.0,
-    direction: int = 1,
-) -> Comparison:
+def welch(a: str, a_values: Sequence[float], b: str, b_values: Sequence[float], **test):
     """The unpaired test of `compare` (Welch's t; a permutation test where a side has no
-    spread), whatever the sides' seeds."""
-    return compare(a, _unpaired(a_values), b, _unpaired(b_values), threshold, direction)
+    spread), whatever the sides' seeds; `test`: compare's `threshold` and `direction`."""
+    return compare(a, _unpaired(a_values), b, _unpaired(b_values), **test)
 
 
 def equivalent(

@@ -445,6 +445,8 @@ def publish(
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry: 0 on success; a user error, a refused key or an unreachable W&B is one
     `error:` line and exit code 2."""
+    from analysis.grid import add_preset_arguments
+
     parser = argparse.ArgumentParser(
         prog="python -m analysis.wandb_report",
         description=__doc__,
@@ -458,15 +460,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         metavar="DIR",
         help=f"where {SPEC_NAME} goes (a preset's results folder)",
     )
-    parser.add_argument("--experiment", metavar="NAME", help="only the preset NAME's runs")
-    parser.add_argument("--scale", metavar="SCALE", help="only the runs at this scale.name")
-    parser.add_argument(
-        "--set",
-        action="append",
-        default=[],
-        metavar="KEY=VALUE",
-        help="an override the sweep was run with (the preset's grid points)",
-    )
+    add_preset_arguments(parser, "only the preset NAME's runs")
     parser.add_argument(
         "--conf",
         type=Path,
