@@ -298,11 +298,18 @@ def main(argv: Sequence[str] | None = None) -> int:
                 f"{name}: identical ({len(files) - figures - 1} files byte for byte, "
                 f"{figures} figures redrawn from identical records, provenance consistent)"
             )
-    if failed:
-        print(f"{len(failed)} of {len(dirs)} results do not recompute: {', '.join(failed)}")
-        return 1
-    print(f"all {len(dirs)} results recompute from their records (into {args.out})")
-    return 0
+    return outcome(
+        failed,
+        f"{len(failed)} of {len(dirs)} results do not recompute",
+        f"all {len(dirs)} results recompute from their records (into {args.out})",
+    )
+
+
+def outcome(failed: list[str], failure: str, success: str) -> int:
+    """A check's last line and exit code (here and in analysis/verify.py): `failure` with the
+    names in `failed` and 1 where any failed, else `success` and 0."""
+    print(f"{failure}: {', '.join(failed)}" if failed else success)
+    return 1 if failed else 0
 
 
 if __name__ == "__main__":

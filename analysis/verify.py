@@ -53,6 +53,7 @@ from typing import Any
 from analysis.load import find_runs
 from analysis.recompute import (
     chosen_results,
+    outcome,
     parse_results_args,
     quiet_report,
     report_args,
@@ -320,11 +321,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="verify-", dir=args.out) as work:
         for result in dirs:
             failed += verify_result(result, args.points == "all", Path(work), args.run)
-    if failed:
-        print(f"{len(failed)} point(s) do not reproduce: {', '.join(failed)}")
-        return 1
-    print(f"every verified point reproduces ({len(dirs)} results)")
-    return 0
+    return outcome(
+        failed,
+        f"{len(failed)} point(s) do not reproduce",
+        f"every verified point reproduces ({len(dirs)} results)",
+    )
 
 
 if __name__ == "__main__":

@@ -56,33 +56,16 @@ def lr_at(
 ) -> float:
     """The LR in force for local step `step` (0-based, counted across epochs); infinity when it
     exceeds `limit` (module docstring)."""
-    value = _lr_at(
-        step, steps_per_epoch, lr, batch_size, workers, epochs, warmup_epochs, lr_decay_at, lr_decay
-    )
-    return value if abs(value) <= limit else math.copysign(math.inf, value)
-
-
-def _lr_at(
-    step: int,
-    steps_per_epoch: int,
-    lr: float,
-    batch_size: int,
-    workers: int,
-    epochs: int,
-    warmup_epochs: float,
-    lr_decay_at: Sequence[float],
-    lr_decay: float,
-) -> float:
     peak = peak_lr(lr, batch_size, workers)
     warmup_steps = warmup_epochs * steps_per_epoch
     if step < warmup_steps:  # as the reference, no decay inside the warm-up
-        if peak <= lr:
-            return peak
         # the reference's count = itr + 1; min(): a fractional warm-up never overshoots the peak
-        return lr + (peak - lr) * min(step + 1, warmup_steps) / warmup_steps
-    epoch = step // steps_per_epoch
-    reached = sum(epoch >= e for e in decay_epochs(lr_decay_at, epochs))
-    return peak * lr_decay**reached
+        ramp = min(step + 1, warmup_steps) / warmup_steps
+        value = peak if peak <= lr else lr + (peak - lr) * ramp
+    else:
+        epoch = step // steps_per_epoch
+        value = peak * lr_decay ** sum(epoch >= e for e in decay_epochs(lr_decay_at, epochs))
+    return value if abs(value) <= limit else math.copysign(math.inf, value)
 
 
 @dataclass(frozen=True)
