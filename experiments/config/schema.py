@@ -51,38 +51,17 @@ class StrEnum(str, enum.Enum):
         return str(self.value)
 
 
-class Timing(StrEnum):
-    real = "real"
-    virtual = "virtual"
+def _choices(name: str, words: str) -> type[StrEnum]:
+    """The StrEnum `name` whose members are `words` (space-separated), each its own value."""
+    return StrEnum(name, [(w, w) for w in words.split()], module=__name__, qualname=name)
 
 
-class DType(StrEnum):
-    float32 = "float32"
-    float64 = "float64"
-
-
-class WandbMode(StrEnum):
-    disabled = "disabled"
-    offline = "offline"
-    online = "online"
-
-
-class Topology(StrEnum):
-    allreduce = "allreduce"
-    ps = "ps"
-
-
-class Backend(StrEnum):
-    auto = "auto"
-    gloo = "gloo"
-    nccl = "nccl"
-
-
-class Compression(StrEnum):
-    none = "none"
-    fp16 = "fp16"
-    bf16 = "bf16"
-    int8 = "int8"
+Timing = _choices("Timing", "real virtual")
+DType = _choices("DType", "float32 float64")
+WandbMode = _choices("WandbMode", "disabled offline online")
+Topology = _choices("Topology", "allreduce ps")
+Backend = _choices("Backend", "auto gloo nccl")
+Compression = _choices("Compression", "none fp16 bf16 int8")
 
 
 # --- nested nodes of the root ---------------------------------------------------------------
