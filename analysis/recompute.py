@@ -172,7 +172,6 @@ def results_parser(prog: str, doc: str | None) -> argparse.ArgumentParser:
     parser.add_argument(
         "--results",
         type=Path,
-        default=None,
         metavar="DIR",
         help="every result folder under DIR, when no RESULT_DIR is named (default: results/)",
     )

@@ -29,7 +29,6 @@ from datetime import timedelta
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 
 def reset_peak(device: torch.device) -> bool:
@@ -104,6 +103,7 @@ def model_storages(model: torch.nn.Module, optimizer: torch.optim.Optimizer) -> 
 def _measure_one(spec: dict, rank: int, device: torch.device, fresh: bool) -> dict:
     import algorithms
     from algorithms.comm import Comm
+    from experiments.training.loop import forward_backward
     from experiments.training.models import build_model
 
     torch.manual_seed(0)
@@ -125,18 +125,14 @@ def _measure_one(spec: dict, rank: int, device: torch.device, fresh: bool) -> di
     if not fresh and not reset_peak(device):
         raise RuntimeError("cannot reset the peak memory count of this process")
     for x, y in batches[: spec["plain_steps"]]:
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        forward_backward(model, opt, x, y)
         opt.step()
     plain = peak_bytes(device)
 
     algo = cls(model, opt, Comm(), acfg, tau=tau)
     held = 0
     for t, (x, y) in enumerate(batches[: spec["steps"]]):
-        loss = F.cross_entropy(model(x), y)
-        opt.zero_grad(set_to_none=True)
-        loss.backward()
+        loss = forward_backward(model, opt, x, y)  # the training loop's own
         algo.before_step(t)
         opt.step()
         algo.after_step(t)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 from benchmarks.families import Section
 
@@ -137,20 +138,12 @@ def as_json(
     }
 
 
-def write(
-    path: Path,
-    sections: list[Section],
-    meta: dict,
-    errors: dict[str, str],
-    retries: list[str] = (),
-    intro: str = INTRO,
-) -> str:
-    """Write `path` (Markdown) and `path` with suffix .json; return the Markdown (`intro`: its
-    opening text, the full bench's by default)."""
-    text = markdown(sections, meta, errors, retries, intro)
+def write(path: Path, *parts: Any, intro: str = INTRO) -> str:
+    """Write `path` (Markdown) and `path` with suffix .json; return the Markdown. `parts`: the
+    sections, meta, errors and retries of `markdown` and `as_json`; `intro`: the Markdown's
+    opening text, the full bench's by default."""
+    text = markdown(*parts, intro=intro)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    path.with_suffix(".json").write_text(
-        json.dumps(as_json(sections, meta, errors, retries), indent=1, default=str) + "\n"
-    )
+    path.with_suffix(".json").write_text(json.dumps(as_json(*parts), indent=1, default=str) + "\n")
     return text

@@ -680,18 +680,8 @@ def train_worker(
         commits = (read_summary(run_dir) or {}).get("git_commits") if rank == 0 else None
 
         def save(state: dict, step: int, epoch: int, reason: str) -> None:
-            ckpt.save(
-                run_dir,
-                state,
-                rank=rank,
-                world_size=m,
-                step=step,
-                epoch=epoch,
-                reason=reason,
-                cfg=cfg,
-                group=stopper.group,
-                commits=commits,
-            )
+            where = dict(rank=rank, world_size=m, step=step, epoch=epoch, reason=reason)
+            ckpt.save(run_dir, state, **where, cfg=cfg, group=stopper.group, commits=commits)
 
         checkpointing = Checkpointing(
             save=save, stopper=stopper, every=job.checkpoint_every, resume=resume

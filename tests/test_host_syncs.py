@@ -22,10 +22,10 @@ from collections import Counter
 
 import pytest
 import torch
-import torch.nn.functional as F
 
 import algorithms
 from algorithms.comm import Comm
+from experiments.training.loop import forward_backward
 from experiments.training.models import TinyCNN
 from tests.steps import rank_batches
 from tests.workers import run_threads
@@ -70,9 +70,7 @@ def _worker(rank: int, group, name: str, out: dict) -> None:
     _counting.on = True
     try:
         for t, (x, y) in enumerate(batches):
-            loss = F.cross_entropy(model(x), y)
-            opt.zero_grad(set_to_none=True)
-            loss.backward()
+            forward_backward(model, opt, x, y)  # the training loop's own
             algo.before_step(t)
             opt.step()
             algo.after_step(t)
