@@ -80,16 +80,14 @@ def _best_or_worst(runs: pd.DataFrame, subject: str, best: bool) -> tuple:
     return combine(verdicts), _summary(verdicts), details
 
 
-def _ranked(name: str, text: str, test: str, subject: str, best: bool) -> None:
+def _ranked(name: str, text: str, test: str, why: str, subject: str, best: bool) -> None:
     """Register the claim `name` that `subject` is the best (`best`) or the worst method in
-    every cell: `_best_or_worst` on its runs."""
+    every cell: `_best_or_worst` on its runs; `why` its docstring, as a PairClaim's."""
 
     def check(runs: pd.DataFrame, report: dict) -> tuple:
         return _best_or_worst(runs, subject, best)
 
-    check.__name__ = name
-    check.__doc__ = f"At each tau, {subject}'s mean final accuracy {'above' if best else 'below'} "
-    check.__doc__ += "every other method's."
+    check.__name__, check.__doc__ = name, why
     claim(name, text, test)(check)
 
 
@@ -97,6 +95,7 @@ _ranked(
     "overlap_best_at_every_tau",
     "Overlap-Local-SGD has the best accuracy at every tau",
     "paired t-test of the accuracy difference to each other method, per tau",
+    "At each tau, Overlap-Local-SGD's mean final accuracy above every other method's.",
     OVERLAP,
     best=True,
 )
@@ -104,6 +103,7 @@ _ranked(
     "eamsgd_worst",
     "EAMSGD is the worst method",
     "paired t-test of each other method's accuracy above EAMSGD's, per tau",
+    "At each tau, EAMSGD's mean final accuracy below every other method's.",
     EAMSGD,
     best=False,
 )

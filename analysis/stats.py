@@ -264,7 +264,9 @@ def compare(
     return _holm(Comparison(**base, estimate=estimate, low=low, high=high, holds=holds))
 
 
-def welch(a: str, a_values: Sequence[float], b: str, b_values: Sequence[float], **test):
+def welch(
+    a: str, a_values: Sequence[float], b: str, b_values: Sequence[float], **test: float
+) -> Comparison:
     """The unpaired test of `compare` (Welch's t; a permutation test where a side has no
     spread), whatever the sides' seeds; `test`: compare's `threshold` and `direction`."""
     return compare(a, _unpaired(a_values), b, _unpaired(b_values), **test)
