@@ -135,14 +135,8 @@ figures: $(STAMP) ## Figures 4 and 5 of the Overlap-Local-SGD paper (runs what i
 	$(call SWEEP,fig4)
 	$(call SWEEP,fig5)
 
-tune: $(STAMP) ## Each method's base LR on a validation split: at the demo's setting -> conf/tuned/$(SCALE).yaml; PRESET=name: at that preset's setting, seeds 100-101 -> conf/tuned/$(SCALE)/name.yaml
-ifdef PRESET
-	$(PY) -m analysis.tune_preset $(PRESET) --scale $(SCALE) --cluster sim --out-root "$(OUT)"
-else
-	$(PY) -m experiments.sweep tune --cluster sim --scale $(SCALE) --out-root "$(OUT)" $(if $(RESULTS),--results "$(RESULTS)")
-	$(PY) -m analysis.tune "$(OUT)/tune/runs" --scale $(SCALE) \
-		--command "make tune SCALE=$(SCALE)"
-endif
+tune: $(STAMP) ## Each method's base LR on a validation split, seeds 100-101, grid extended past an edge: at the demo's setting -> conf/tuned/$(SCALE).yaml; PRESET=name: at that preset's -> conf/tuned/$(SCALE)/name.yaml
+	$(PY) -m analysis.tune_preset $(or $(PRESET),tune) --scale $(SCALE) --cluster sim --out-root "$(OUT)"
 
 controls: $(STAMP) ## The controls at VERDICT_SCALE (fmnist): effects it must detect, identities it must call equivalent (results/controls)
 	$(call VSWEEP,controls,$(VERDICT_SCALE))

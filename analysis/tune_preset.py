@@ -13,11 +13,14 @@ algorithm in the preset's grid, the preset's own setting:
 - on a validation split (`dataset.validation_fraction` VALIDATION, never the test set);
 - on the tuning seeds SEEDS, disjoint from the evaluation seeds (0-9, the presets' `seed`
   lists): a verdict is not scored on the seeds its LR was chosen on;
-- over the base-LR grid GRID (x2 steps around the scales' default 0.1);
+- over the base-LR grid the preset sweeps (`lr` in its sweeper params: experiment=tune's six
+  points), else GRID (x2 steps around the scales' default 0.1);
 
 then chooses by analysis.tune's rule (RULE: the best mean final validation accuracy, ties within
 the seeds' spread broken by the earlier time to the target, then the smaller LR) and writes
-`conf/tuned/<scale>/<preset>.yaml`, which the preset's runs read (experiments/config/tuned.py:
+`conf/tuned/<scale>/<preset>.yaml` (for the preset `tune`, the demo's setting: the scale's own
+file `conf/tuned/<scale>.yaml`, which presets without a file and ad-hoc runs read), which the
+preset's runs read (experiments/config/tuned.py:
 the preset's file, else the scale's). A choice at the grid's edge extends that method's grid by
 one point (x2 or /2) and runs it, at most MAX_EXTEND times, so every committed choice lies
 inside its grid (a choice still at an edge after that is flagged `edge: true` and said). The
@@ -54,6 +57,23 @@ def _values(text: Any) -> list[str]:
     return [v.strip() for v in str(text).split(",") if v.strip()]
 
 
+#: The preset whose tuning is the scale's own file (conf/tuned/<scale>.yaml): the demo's setting.
+SCALE_PRESET = "tune"
+
+
+def experiment_name(preset: str) -> str:
+    """The tune runs' `experiment_name`: `tune` for the scale's tuning (SCALE_PRESET), else
+    `tune_<preset>` (analysis.tune reads the runs by it)."""
+    return "tune" if preset == SCALE_PRESET else f"tune_{preset}"
+
+
+def start_grid(preset: str, scale: str) -> tuple[float, ...]:
+    """The LR grid tuning starts from: the one the preset's main grid sweeps (`lr` in its params;
+    an extra grid's LR, as table1's paper LR at tau = 1, is not a tuning grid), else GRID."""
+    swept = _values(compose_preset(preset, scale).params.get("lr", ""))
+    return tuple(sorted({float(v) for v in swept})) or GRID
+
+
 def plan(preset: str, scale: str) -> tuple[list[str], dict[str, Any]]:
     """The preset's algorithms (in grid order) and the overrides that fix its other swept keys
     (`report.tune_at`); a UserError naming a swept key tune_at leaves open."""
@@ -71,7 +91,10 @@ def plan(preset: str, scale: str) -> tuple[list[str], dict[str, Any]]:
             key
             for sweep in composed.sweeps
             for key, value in sweep.items()
-            if key not in OWN and key not in tune_at and len(_values(value)) > 1
+            if key not in OWN
+            and key not in tune_at
+            and not key.startswith("algorithm.")  # a method's own knob: tuned at its default
+            and len(_values(value)) > 1
         }
     )
     if open_keys:
@@ -104,7 +127,7 @@ def sweep_command(
         f"scale={scale}",
         f"cluster={cluster}",
         "hydra.sweeper.grids=[]",
-        f"experiment_name=tune_{preset}",
+        f"experiment_name={experiment_name(preset)}",
         f"dataset.validation_fraction={VALIDATION}",
         f"algorithm={','.join(algorithms)}",
         f"seed={','.join(str(s) for s in SEEDS)}",
@@ -133,7 +156,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--scale", default="fmnist")
     parser.add_argument("--cluster", default=None, help="sim (default) | local | slurm")
     parser.add_argument("--out-root", default="outputs", help="runs go to OUT/tune/<preset>/runs")
-    parser.add_argument("--out", help="default: conf/tuned/<scale>/<preset>.yaml")
+    parser.add_argument(
+        "--out", help="default: conf/tuned/<scale>/<preset>.yaml (tune: conf/tuned/<scale>.yaml)"
+    )
     parser.add_argument("--no-run", action="store_true", help="only choose from finished runs")
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every run")
     one_line_errors(parser)
@@ -157,7 +182,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     out = Path(args.out_root).resolve() / "tune" / args.preset
-    todo = {name: GRID for name in algorithms}
+    todo = {name: start_grid(args.preset, args.scale) for name in algorithms}
+    # the scale's tuning (preset `tune`) writes the scale's file, as analysis.tune reads it
+    own = None if args.preset == SCALE_PRESET else args.preset
     for round_ in range(MAX_EXTEND + 1):
         if not args.no_run:
             # one sweep per set of grids: the first all of GRID, then each edge's next point
@@ -172,9 +199,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"error: the tune sweep stopped (exit {code})", file=sys.stderr)
                     return code
         try:
-            path, document = tune(
-                [out / "runs"], args.scale, args.out, command, args.preset, tune_at
-            )
+            path, document = tune([out / "runs"], args.scale, args.out, command, own, tune_at)
         except UserError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2

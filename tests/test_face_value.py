@@ -338,8 +338,8 @@ def test_the_committed_tuning_file_is_read_by_the_cpu_scale() -> None:
         assert key in tuned
     assert not tuned["commit"].endswith("-dirty")
     for algorithm, entry in tuned["lr"].items():
-        assert entry["chosen"] in tuned["grid"]
-        assert set(entry["points"]) == set(tuned["grid"])
+        assert entry["chosen"] in entry["points"]
+        assert set(entry["points"]) <= set(tuned["grid"])
         cfg = composed(f"algorithm={algorithm}", "experiment=demo")
         assert cfg.lr == entry["chosen"]
         paper = composed(f"algorithm={algorithm}", "scale=paper")

@@ -54,9 +54,25 @@ def test_the_plan_tunes_every_algorithm_of_the_preset_at_its_tune_at():
 
 
 def test_a_preset_with_a_swept_key_left_open_is_refused_naming_it():
-    # table1 sweeps tau over 1, 2, 4, 8 and says nothing about which to tune at
-    with pytest.raises(UserError, match=r"preset table1 sweeps tau: .*report\.tune_at: \{tau: "):
-        tune_preset.plan("table1", "cpu")
+    # the controls sweep tau over 1, 4, 32 and say nothing about which to tune at
+    with pytest.raises(UserError, match=r"preset controls sweeps tau: .*report\.tune_at: \{tau: "):
+        tune_preset.plan("controls", "fmnist")
+
+
+def test_every_cpu_preset_can_be_tuned_at_its_own_setting():
+    # a method's own knob swept by an extra grid (fig4's PowerSGD ranks) is tuned at its default
+    algorithms, tune_at = tune_preset.plan("fig4", "cpu")
+    assert algorithms == ["local_sgd", "powersgd", "overlap_local_sgd", "sync_sgd"]
+    assert tune_at == {}
+    for table in ("table1", "table2"):
+        assert tune_preset.plan(table, "cpu")[1] == {"tau": 2}
+    assert tune_preset.plan("low_comm", "cpu")[1] == {"network": "ideal"}
+
+
+def test_tuning_starts_from_the_presets_own_lr_grid_else_the_default_one():
+    # experiment=tune sweeps six LRs; table1's extra grid's paper LR (0.15 at tau 1) is no grid
+    assert tune_preset.start_grid("tune", "cpu") == (0.00625, 0.0125, 0.025, 0.05, 0.1, 0.2)
+    assert tune_preset.start_grid("table1", "cpu") == tune_preset.GRID
 
 
 def test_the_tune_sweep_runs_the_presets_setting_on_disjoint_seeds_and_a_validation_split():
@@ -117,6 +133,39 @@ def test_the_choice_is_written_to_the_presets_file_with_its_setting(tmp_path, ca
     assert document["setting"]["compute.slowdown"] == "one_slow"
     assert "tuned at tau = 2" in document["not_tuned"]
     assert "osp                lr 0.1: validation acc 0.805" in capsys.readouterr().out
+
+
+def test_the_scales_tuning_writes_the_scales_file_from_runs_named_tune(tmp_path):
+    runs = tmp_path / "tune" / "tune" / "runs"
+    for lr, accs in {0.05: (0.70, 0.72), 0.1: (0.80, 0.81), 0.2: (0.75, 0.74)}.items():
+        for seed, final in zip((100, 101), accs, strict=True):
+            config = fx.make_config(
+                "osp", 4, seed, experiment="tune", lr=lr, dataset__validation_fraction=0.15
+            )
+            fx.write_run(runs / f"osp-{lr}-{seed}", config, final)
+    out = tmp_path / "smoke.yaml"
+    argv = ["tune", "--scale", "smoke", "--out-root", str(tmp_path), "--out", str(out), "--no-run"]
+    assert tune_preset.main(argv) == 0
+    document = yaml.safe_load(out.read_text())
+    assert document["lr"]["osp"]["chosen"] == 0.1
+    assert "preset" not in document["setting"] and document["setting"]["seeds"] == [100, 101]
+    command = tune_preset.sweep_command("tune", "cpu", "sim", Path("/o"), ["osp"], (0.1,), {})
+    assert "experiment_name=tune" in command
+
+
+def test_make_tune_without_a_preset_tunes_the_scale_at_the_demos_setting():
+    import subprocess
+
+    dry = subprocess.run(
+        ["make", "-n", "tune", "SCALE=cpu"],
+        capture_output=True,
+        text=True,
+        cwd=Path(__file__).resolve().parents[1],
+        check=True,
+    ).stdout
+    assert "-m analysis.tune_preset tune --scale cpu --cluster sim" in dry
+    # its runs are on the tuning seeds, never the evaluation seeds
+    assert str(compose_preset("tune", "cpu").params["seed"]) == "100,101"
 
 
 def test_make_tune_with_a_preset_runs_the_preset_driver():
