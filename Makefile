@@ -155,6 +155,7 @@ overlap-sync: $(STAMP) ## Overlap-Local-SGD at tau 1, 2 vs sync SGD, IID and non
 report-check: $(STAMP)
 	$(call PUBLISH_CHECK,controls,$(VERDICT_SCALE))
 	$(call PUBLISH_CHECK,controls)
+	$(call PUBLISH_CHECK,demo)
 	$(call PUBLISH_CHECK,table1)
 	$(call PUBLISH_CHECK,table2)
 	$(call PUBLISH_CHECK,fig4)
@@ -164,10 +165,10 @@ report-check: $(STAMP)
 	$(call PUBLISH_CHECK,pseudo_sync,$(VERDICT_SCALE))
 	$(call PUBLISH_CHECK,overlap_sync,$(VERDICT_SCALE))
 
-# Every committed result (the tables at SCALE, the verdicts' presets at VERDICT_SCALE, the
+# Every committed result (the demo and the tables at SCALE, the verdicts' presets at VERDICT_SCALE, the
 # controls at both), then results/README.md: one row per claim of the seed papers, with its
 # verdict (analysis/verdict_page.py; with PUBLISH=1 or RESULTS=results the committed page).
-report: report-check controls table1 table2 figures losp pseudo-sync overlap-sync ## Every preset (controls first), then the verdicts page $(OUT)/results/README.md (PUBLISH=1: results/README.md)
+report: report-check controls demo table1 table2 figures losp pseudo-sync overlap-sync ## Every preset (controls first), then the verdicts page $(OUT)/results/README.md (PUBLISH=1: results/README.md)
 	$(call VSWEEP,controls,$(SCALE))
 	$(call SWEEP,low_comm)
 	$(PY) -m analysis.verdict_page --results \

@@ -59,6 +59,8 @@ def _where(path: Path) -> str:
     ]
     if setting.get("tau") is not None:
         parts.append(f"tau {setting['tau']}")
+    if setting.get("seeds"):
+        parts.append("seeds " + ", ".join(str(s) for s in setting["seeds"]))
     return f"{shown}: tuned at the demo's setting ({', '.join(parts)})" if parts else shown
 
 

@@ -37,7 +37,8 @@ from pathlib import Path
 from typing import Any
 
 from analysis.grid import compose_preset
-from analysis.tune import print_choices, tune
+from analysis.tune import print_choices, tune, write_tuned
+from experiments.config.tuned import tuned_path
 from experiments.errors import UserError, one_line_errors, refuse_inert_flags
 from experiments.store.provenance import REPO, command_line
 
@@ -199,7 +200,10 @@ def main(argv: Sequence[str] | None = None) -> int:
                     print(f"error: the tune sweep stopped (exit {code})", file=sys.stderr)
                     return code
         try:
-            path, document = tune([out / "runs"], args.scale, args.out, command, own, tune_at)
+            # each round's choice beside the runs; the checkout's file only once, at the end: a
+            # tracked file written between rounds would make the next round's runs `-dirty`
+            scratch = out / "tuned.yaml"
+            _, document = tune([out / "runs"], args.scale, scratch, command, own, tune_at)
         except UserError as error:
             print(f"error: {error}", file=sys.stderr)
             return 2
@@ -212,6 +216,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         todo = {a: (v,) for a, v in more.items()}
+    path = write_tuned(document, args.out or tuned_path(args.scale, own))
     print_choices(document, path)
     return 0
 

@@ -81,6 +81,11 @@ SAMPLE: dict[str, list[dict[str, Any]]] = {
     "fig4": [{"algorithm.name": "powersgd", "seed": 0}],
     "fig5": [{"algorithm.name": "overlap_local_sgd", "seed": 0}],
     "low_comm": [{"algorithm.name": "diloco", "seed": 0}],
+    # the verdicts' presets (fmnist): one point each, the methods their claims are about
+    "controls": [{"algorithm.name": "losp", "seed": 0}],
+    "losp": [{"algorithm.name": "losp", "tau": 2, "seed": 0}],
+    "pseudo_sync": [{"algorithm.name": "pseudo_sync", "workers": 4, "seed": 0}],
+    "overlap_sync": [{"algorithm.name": "overlap_local_sgd", "tau": 1, "seed": 0}],
 }
 # Overrides that say where or how a run is watched, not what it computes: replaced for a rerun.
 SCRATCH_KEYS = ("out_root", "wandb", "progress", "rerun", "hydra")

@@ -35,11 +35,12 @@ def _write(path, lr: dict, setting: dict) -> None:
 
 def test_rows_at_their_tuned_rate_name_the_file_and_its_setting(tmp_path, monkeypatch):
     monkeypatch.setattr(tuned, "TUNED_DIR", tmp_path)
-    _write(tmp_path / "cpu.yaml", {"easgd": 0.025, "local_sgd": 0.05}, {"epochs": 5, "tau": 4})
+    setting = {"epochs": 5, "tau": 4, "seeds": [100, 101]}
+    _write(tmp_path / "cpu.yaml", {"easgd": 0.025, "local_sgd": 0.05}, setting)
     runs = _runs(("easgd", 1, 0.025), ("easgd", 2, 0.025), ("local_sgd", 1, 0.05))
     (line,) = rate_lines(runs, ROWS)
     assert line.startswith("base LR: each method's tuned rate (easgd, local_sgd; ")
-    assert "cpu.yaml: tuned at the demo's setting (5 epochs, tau 4)" in line
+    assert "cpu.yaml: tuned at the demo's setting (5 epochs, tau 4, seeds 100, 101)" in line
 
 
 def test_a_row_off_its_tuned_rate_is_said_with_both_rates(tmp_path, monkeypatch):

@@ -98,6 +98,15 @@ def test_every_committed_result_has_its_records_and_a_platform() -> None:
             assert record["summary"]["platform"]["key"], (result, record["run"])
 
 
+def test_make_verify_reruns_a_point_of_every_committed_result() -> None:
+    # `make verify` at a commit shows that the committed runs, made at earlier commits where
+    # their configuration was the same, are the runs that commit makes
+    for result in recompute.result_dirs(RESULTS):
+        records = read_records(result / RECORDS)
+        chosen = verify.select(records, result.parent.name, everything=False)
+        assert chosen, f"analysis.verify SAMPLE picks no point of {result}"
+
+
 @pytest.mark.slow  # seconds a report: out of `make test-quick`
 def test_every_committed_result_recomputes_from_its_records(tmp_path: Path, capsys) -> None:
     assert recompute.main(["--results", str(RESULTS), "--out", str(tmp_path)]) == 0

@@ -342,6 +342,62 @@ def test_sync_slower_control_without_sync_on_a_modeled_network() -> None:
     assert_undecided(result, "no Local SGD run at a tau > 1 on a modeled network")
 
 
+# --- overlap_sooner_than_sync_and_local ----------------------------------------------------------
+
+TRADE_OFF = "overlap_sooner_than_sync_and_local"
+
+
+def trade_off(overlap_2: float) -> tuple:
+    """Times to target, 8 seeds, on the calibrated network: sync SGD 100 s, Local SGD at tau 2
+    90 s, Overlap-Local-SGD at tau 2 `overlap_2`; on the ideal network (not looked at)
+    Overlap-Local-SGD far slower."""
+    slow, ideal = cfg({"network.name": "calibrated"}), cfg({"network.name": "ideal"})
+    sync = values("sync|cal", 100.0, 1.0, 2.0)
+    local = values("local|2|cal", 90.0, 1.0, 2.0)
+    overlap = values("overlap|2|cal", overlap_2, 1.0, 2.0)
+    frame = target_frame(
+        {
+            ("sync_sgd", 1, slow): sync,
+            ("local_sgd", 2, slow): local,
+            ("overlap_local_sgd", 2, slow): overlap,
+            ("overlap_local_sgd", 2, ideal): values("overlap|ideal", 300.0, 1.0, 2.0),
+        }
+    )
+    return frame, sync, local, overlap
+
+
+def test_overlap_trade_off_holds_when_sooner_than_both_on_the_modeled_network() -> None:
+    frame, sync, local, overlap = trade_off(70.0)
+    result = verdict(TRADE_OFF, frame)
+    assert result.holds is True, result.details
+    assert len(result.comparisons) == 2  # against sync SGD and Local SGD; the ideal run not
+    by_rival = {round(c.estimate): c for c in result.comparisons}
+    assert_paired(by_rival[30], sync, overlap)
+    assert_paired(by_rival[20], local, overlap)
+
+
+def test_overlap_trade_off_does_not_hold_when_local_sgd_is_sooner() -> None:
+    frame, _, _, _ = trade_off(120.0)
+    assert verdict(TRADE_OFF, frame).holds is False
+    frame, _, _, _ = trade_off(90.0)  # before sync SGD, level with Local SGD: undecided
+    assert verdict(TRADE_OFF, frame).holds is None
+
+
+def test_overlap_trade_off_on_the_ideal_network_alone_cannot_tell() -> None:
+    ideal = cfg({"network.name": "ideal"})
+    frame = target_frame(
+        {
+            ("sync_sgd", 1, ideal): [100.0, 101.0],
+            ("local_sgd", 2, ideal): [90.0, 91.0],
+            ("overlap_local_sgd", 2, ideal): [60.0, 61.0],
+        }
+    )
+    assert_undecided(
+        verdict(TRADE_OFF, frame),
+        "no completed run on a modeled network (every run's network is ideal)",
+    )
+
+
 # --- control_osp_equals_losp_on_ideal_network ---------------------------------------------------
 
 EQUALS = "control_osp_equals_losp_on_ideal_network"
