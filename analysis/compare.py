@@ -19,6 +19,7 @@ show the same keys as `local_sgd (tau=2)`, `powersgd (rank=4)`.
 from __future__ import annotations
 
 import math
+import os
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -224,3 +225,47 @@ def run_labels(runs: pd.DataFrame, columns: Sequence[str]) -> pd.Series:
 
 def _one_per_run(runs: pd.DataFrame) -> pd.DataFrame:
     return runs.drop_duplicates("run_dir") if "run_dir" in runs.columns else runs
+
+
+def one_run_per_configuration(runs: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """`runs` with one run per configuration (today's identity digest of its config, the seed
+    included), and the run_dirs left out. Two runs of one configuration are the same point run
+    twice, not two seeds: a runs folder that holds runs made under an earlier run identity (a
+    key since left out of it) holds such pairs, and pooled they would count one seed twice
+    (pseudo-replication). The most recently finished of each (its summary.json's mtime) is
+    kept."""
+    if runs.empty or "run_dir" not in runs.columns:
+        return runs, []
+    from analysis.load import read_config  # here: analysis.load imports this module's users
+
+    def key(run_dir: str) -> str:
+        try:
+            return identity.digest(read_config(run_dir))
+        except Exception:  # noqa: BLE001 - a config that cannot be read: its own configuration
+            return f"unread:{run_dir}"
+
+    def finished_at(run_dir: str) -> float:
+        try:
+            return os.path.getmtime(os.path.join(run_dir, "summary.json"))
+        except OSError:
+            return 0.0
+
+    order = sorted(runs["run_dir"], key=finished_at, reverse=True)
+    seen: set[str] = set()
+    dropped = []
+    for run_dir in order:
+        digest = key(run_dir)
+        if digest in seen:
+            dropped.append(run_dir)
+        seen.add(digest)
+    return runs[~runs["run_dir"].isin(dropped)], sorted(dropped)
+
+
+def repeat_note(dropped: Sequence[str]) -> str:
+    """The warning for the runs `one_run_per_configuration` left out."""
+    names = ", ".join(os.path.basename(os.path.normpath(d)) for d in dropped[:3])
+    more = f" and {len(dropped) - 3} more" if len(dropped) > 3 else ""
+    return (
+        f"{len(dropped)} run(s) repeat the configuration of a later run (made under an earlier "
+        f"run identity): left out, not pooled as more seeds: {names}{more}"
+    )

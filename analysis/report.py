@@ -71,7 +71,7 @@ from pathlib import Path
 from typing import Any
 
 from analysis.claims import check_claims, validate_claims, write_claims
-from analysis.compare import split_rows
+from analysis.compare import one_run_per_configuration, repeat_note, split_rows
 from analysis.convergence import run_convergence
 from analysis.figures import BREAKDOWN_COLUMNS, TIME, accuracy_curves, time_breakdown, time_curves
 from analysis.grid import (
@@ -360,6 +360,10 @@ def _report_experiment(
     )
     points = expand_sweeps(sweeps, groups)
 
+    finished, repeated = one_run_per_configuration(finished)
+    if repeated:
+        print(f"warning: {experiment}{_at(scale)}: {repeat_note(repeated)}", file=sys.stderr)
+        runs = runs[~runs["run_dir"].isin(repeated)]
     # Runs that differ in a key the preset's rows do not name are never pooled: the key becomes
     # a row column too, and the reader is told (stderr and a footnote).
     split = split_rows(finished, rows)

@@ -1342,3 +1342,21 @@ def test_a_preset_report_splits_and_warns_on_a_key_its_rows_do_not_name(tmp_path
         "note: runs also differ in epochs: rows split by epochs as well (never pooled)"
     )
     assert (tmp_path / "out" / "table.md").read_text().rstrip().endswith("(never pooled)")
+
+
+def test_a_configuration_run_twice_counts_once_not_as_another_seed(tmp_path: Path, capsys) -> None:
+    # a runs folder holding the same point twice (a run made under an earlier run identity, so
+    # in another folder): one seed, not two; the later one is kept and the other named
+    import os
+
+    runs = tmp_path / "runs"
+    for seed, final in ((0, 0.80), (1, 0.82)):
+        fx.write_run(runs / f"sync-{seed}", fx.make_config("sync_sgd", 1, seed), final)
+    old = fx.write_run(runs / "sync-0-old", fx.make_config("sync_sgd", 1, 0), 0.50)
+    os.utime(old / "summary.json", (1, 1))  # finished long before the other seed-0 run
+    result = report_experiment(runs, tmp_path / "out", EXPERIMENT, "smoke", command="x")
+    assert result["num_runs"] == 2
+    line = md_line((tmp_path / "out" / "table.md").read_text(), "sync_sgd", "-")
+    assert "0.810" in " ".join(line)  # the mean of 0.80 and 0.82: the old 0.50 left out
+    err = capsys.readouterr().err
+    assert "1 run(s) repeat the configuration of a later run" in err and "sync-0-old" in err
