@@ -153,33 +153,30 @@ def test_the_scales_tuning_writes_the_scales_file_from_runs_named_tune(tmp_path)
     assert "experiment_name=tune" in command
 
 
-def test_make_tune_without_a_preset_tunes_the_scale_at_the_demos_setting():
+@pytest.mark.parametrize(
+    "args, driver",
+    [
+        # without a preset: the scale's tuning at the demo's setting, on the tuning seeds
+        (["SCALE=cpu"], "-m analysis.tune_preset tune --scale cpu --cluster sim"),
+        (
+            ["PRESET=losp", "SCALE=fmnist"],
+            "-m analysis.tune_preset losp --scale fmnist --cluster sim",
+        ),
+    ],
+)
+def test_make_tune_runs_the_preset_driver(args, driver):
     import subprocess
 
     dry = subprocess.run(
-        ["make", "-n", "tune", "SCALE=cpu"],
+        ["make", "-n", "tune", *args],
         capture_output=True,
         text=True,
         cwd=Path(__file__).resolve().parents[1],
         check=True,
     ).stdout
-    assert "-m analysis.tune_preset tune --scale cpu --cluster sim" in dry
-    # its runs are on the tuning seeds, never the evaluation seeds
-    assert str(compose_preset("tune", "cpu").params["seed"]) == "100,101"
-
-
-def test_make_tune_with_a_preset_runs_the_preset_driver():
-    import subprocess
-
-    dry = subprocess.run(
-        ["make", "-n", "tune", "PRESET=losp", "SCALE=fmnist"],
-        capture_output=True,
-        text=True,
-        cwd=Path(__file__).resolve().parents[1],
-        check=True,
-    ).stdout
-    assert "-m analysis.tune_preset losp --scale fmnist --cluster sim" in dry
+    assert driver in dry
     assert "experiments.sweep tune" not in dry
+    assert str(compose_preset("tune", "cpu").params["seed"]) == "100,101"  # never 0-9
 
 
 def test_the_committed_preset_tuning_files_are_interior_on_disjoint_seeds_and_read():
