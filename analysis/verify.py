@@ -69,8 +69,8 @@ TOLERANCE_SDS = 3.0
 MIN_TOLERANCE = 0.01
 # The stated sample: for each preset, the points `make verify` reruns, as config values a record
 # must match (dotted keys). One seed of every algorithm of the demo; a few points of the others,
-# chosen across their algorithms and settings: 21 runs of the committed results (fig4's PowerSGD
-# at each rank, low_comm's DiLoCo on each network), 5 min 22 s on 2 cores (docs/reproducing.md).
+# chosen across their algorithms and settings: 27 runs of the committed results (fig4's PowerSGD
+# at each rank, low_comm's DiLoCo on each network; docs/reproducing.md says how long).
 SAMPLE: dict[str, list[dict[str, Any]]] = {
     "demo": [{"seed": 0}],
     "table1": [

@@ -24,9 +24,9 @@ def test_table1_points_carry_the_base_lr_and_the_sweeps_clock():
     assert len(paper_point) == 3 and all(p["tau"] == 1 for p in paper_point)
     configs = PointConfigs("table1", "cpu", overrides=["cluster=sim"])
     cfg = configs(points[0])
-    # the base LR chosen for the point's algorithm at the cpu scale (conf/tuned/cpu.yaml),
-    # named as the runs' frame names it
-    tuned = load_tuned("cpu")["lr"][points[0]["algorithm.name"]]["chosen"]
+    # the base LR chosen for the point's algorithm at table1's own setting
+    # (conf/tuned/cpu/table1.yaml), named as the runs' frame names it
+    tuned = load_tuned("cpu", "table1")["lr"][points[0]["algorithm.name"]]["chosen"]
     assert cfg["config.lr"] == tuned and "lr" not in cfg
     assert cfg["timing"] == "virtual"  # cluster=sim's clock, as the sweep ran the points
     assert PointConfigs("table1", "cpu")(points[0])["timing"] == "real"

@@ -155,9 +155,9 @@ def test_tables_run_overlap_at_tau_1_with_the_papers_base_lr(preset, scale):
     assert len(points) == 5 * 4 * 3  # every (method, tau, seed) once
     configs = PointConfigs(preset, scale)
     # the base LR of each method: the papers' 0.1 at the paper scale, the one chosen for it on
-    # the validation split at the cpu scale (conf/tuned/cpu.yaml); the paper's 0.15 for
-    # Overlap-Local-SGD at tau = 1 at both
-    tuned = load_tuned(scale).get("lr", {})
+    # the validation split at the preset's own setting at the cpu scale
+    # (conf/tuned/cpu/<preset>.yaml); the paper's 0.15 for Overlap-Local-SGD at tau = 1 at both
+    tuned = load_tuned(scale, preset).get("lr", {})
     base_lr = {
         a: composed(f"experiment={preset}", f"scale={scale}", f"algorithm={a}")["lr"]
         for a in {p["algorithm.name"] for p in points}
