@@ -304,8 +304,7 @@ def heterogeneous_timed(runs: pd.DataFrame) -> pd.DataFrame | str:
 def modeled_timed(runs: pd.DataFrame) -> pd.DataFrame | str:
     """The completed runs with a training time on a modeled network (not the ideal one, where
     no communication takes time and a time to target says nothing about overlapping it)."""
-    timed = runs[runs["train_s"].notna() & runs["network"].notna()]
-    modeled = timed[~timed["network"].isin(("ideal",))]
+    modeled = runs[runs["train_s"].notna() & runs["network"].notna() & runs["network"].ne("ideal")]
     if modeled.empty:
         return "no completed run on a modeled network (every run's network is ideal)"
     return modeled

@@ -62,10 +62,17 @@ def _values(text: Any) -> list[str]:
 SCALE_PRESET = "tune"
 
 
+def own_file(preset: str) -> str | None:
+    """The preset whose tuning file the tuning writes and whose runs analysis.tune reads
+    (`tune_<preset>`): None for the scale's own tuning (SCALE_PRESET: conf/tuned/<scale>.yaml,
+    runs named `tune`)."""
+    return None if preset == SCALE_PRESET else preset
+
+
 def experiment_name(preset: str) -> str:
-    """The tune runs' `experiment_name`: `tune` for the scale's tuning (SCALE_PRESET), else
-    `tune_<preset>` (analysis.tune reads the runs by it)."""
-    return "tune" if preset == SCALE_PRESET else f"tune_{preset}"
+    """The tune runs' `experiment_name`, as analysis.tune reads them."""
+    own = own_file(preset)
+    return f"tune_{own}" if own else "tune"
 
 
 def start_grid(preset: str, scale: str) -> tuple[float, ...]:
@@ -183,9 +190,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"error: {error}", file=sys.stderr)
         return 2
     out = Path(args.out_root).resolve() / "tune" / args.preset
-    todo = {name: start_grid(args.preset, args.scale) for name in algorithms}
-    # the scale's tuning (preset `tune`) writes the scale's file, as analysis.tune reads it
-    own = None if args.preset == SCALE_PRESET else args.preset
+    grid = start_grid(args.preset, args.scale)
+    todo = {name: grid for name in algorithms}
+    own = own_file(args.preset)
     for round_ in range(MAX_EXTEND + 1):
         if not args.no_run:
             # one sweep per set of grids: the first all of GRID, then each edge's next point
