@@ -135,6 +135,16 @@ class Algorithm:
     def eval_model(self) -> torch.nn.Module:
         return self.model
 
+    def model_at(self, t: float) -> torch.nn.Module:
+        """The model this method defines, as it stood at virtual time `t`, asked by the time
+        budget's evaluation while the clock passes `t` (experiments/training/budget.py): every
+        update completed by `t` in, none later. Default: `eval_model()` now, which is right for
+        every method whose updates take effect when this worker applies them. A method whose
+        model moves when a collective completes, whether or not this worker has looked yet
+        (OSP/LOSP's parameter-server model), overrides it. Must not touch the clock, the
+        ledger or any collective in flight."""
+        return self.eval_model()
+
     def eval_needs_fresh_bn(self) -> bool:
         """Whether `eval_model()`'s BatchNorm statistics must be recomputed before it is
         evaluated (its weights are not any worker's, e.g. EASGD's centre)."""

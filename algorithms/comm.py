@@ -39,17 +39,7 @@ accelerator's queued work): an algorithm's hook time minus the `call_s` it spent
 algorithm's own work (`time/algo_s`, experiments/training/loop.py and
 experiments/training/calibrate.py).
 
-Compressed averages (`comm.compression`, `Codec` below): an accounted average may travel in a
-narrower wire format than the payload's dtype: fp16 or bf16 (a cast), or int8 with one float32
-absmax scale per block of INT8_BLOCK values of each tensor. The ledger's bytes and the clock's
-modeled duration are those of the wire format. On gloo this is a simulation of the wire: the
-values are quantised and dequantised in place (what the receiver would decode), then summed in
-the payload's dtype, and the average is quantised and dequantised once more, because a ring
-all-reduce's second phase (all-gather) carries the reduced values in the wire format too (the
-scheme of torchft's `allreduce_quantized`: quantise, reduce-scatter, dequantise and sum,
-quantise, all-gather, dequantise). No error feedback: the rounding error is dropped, as DiLoCo
-drops it for its fp16 pseudo-gradients. Bookkeeping collectives (`account=False`) are never
-compressed.
+Compressed averages (`comm.compression`): the wire formats are algorithms/codec.py's `Codec`.
 """
 
 from __future__ import annotations
@@ -64,7 +54,7 @@ from dataclasses import dataclass
 import torch
 from torch._utils import _unflatten_dense_tensors
 
-from algorithms.base_config import COMPRESSIONS
+from algorithms.codec import Codec
 from algorithms.group import Group, as_group
 
 
@@ -102,70 +92,6 @@ def copy_into_(targets: Sequence[torch.Tensor], flat: torch.Tensor) -> None:
         torch._foreach_copy_(list(targets), unflatten(flat, targets))
 
 
-# int8: values per absmax scale. Blocks never straddle two tensors, so a bias or a control
-# value (OSP's flag) gets scales of its own. 1024: 4 bytes of scale per 1024 values (0.4%).
-INT8_BLOCK = 1024
-_CASTS = {"fp16": torch.float16, "bf16": torch.bfloat16}
-
-
-class Codec:
-    """The wire format of accounted averages: `none`, `fp16`, `bf16` or `int8` (module doc).
-
-    `wire_bytes()` is what the ledger and the clock see; `roundtrip_()` replaces values by what
-    the other end decodes. Written by hand: torch offers the casts and DDP's fp16/bf16 comm
-    hooks, but no block-scaled int8 all-reduce, and the hooks bypass the suite's ledger.
-    """
-
-    def __init__(self, name: str = "none"):
-        if name not in COMPRESSIONS:
-            raise ValueError(
-                f"comm.compression must be one of {', '.join(COMPRESSIONS)}, got {name!r}"
-            )
-        self.name = name
-
-    @property
-    def active(self) -> bool:
-        return self.name != "none"
-
-    def wire_bytes(self, sizes: Sequence[int], itemsize: int) -> int:
-        """Bytes on the wire for tensors of `sizes` values of `itemsize` bytes."""
-        n = sum(sizes)
-        if self.name == "none":
-            return n * itemsize
-        if self.name in _CASTS:
-            return 2 * n
-        return n + 4 * sum(-(-s // INT8_BLOCK) for s in sizes)  # int8 values + fp32 scales
-
-    @torch.no_grad()
-    def roundtrip_(self, flat: torch.Tensor, sizes: Sequence[int]) -> torch.Tensor:
-        """In place: every value of `flat` (tensors of `sizes`, concatenated) replaced by its
-        decoded wire value. Returns `flat`."""
-        if self.name in _CASTS:
-            flat.copy_(flat.to(_CASTS[self.name]))
-        elif self.name == "int8":
-            for segment in torch.split(flat, list(sizes)):
-                int8_roundtrip_(segment)
-        return flat
-
-
-@torch.no_grad()
-def int8_roundtrip_(x: torch.Tensor, block: int = INT8_BLOCK) -> torch.Tensor:
-    """In place, on a 1-D tensor: symmetric int8 quantisation with one absmax scale per block of
-    `block` values (scale = absmax / 127, stored as float32; q = round(x / scale) in
-    [-127, 127]), then dequantisation x = q * scale. Error per value <= scale / 2 (plus the
-    float32 rounding of the scale); an all-zero block stays zero. Returns `x`."""
-    n = x.numel()
-    if n == 0:
-        return x
-    blocks = -(-n // block)
-    padded = torch.nn.functional.pad(x, (0, blocks * block - n)).view(blocks, block)
-    scale = (padded.abs().amax(dim=1, keepdim=True) / 127).float().to(x.dtype)
-    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
-    q = torch.round(padded / scale).clamp_(-127, 127)
-    x.copy_((q * scale).view(-1)[:n])
-    return x
-
-
 @dataclass
 class Ledger:
     """Cumulative communication accounts of this worker (timing.md, "The ledger")."""
@@ -178,6 +104,10 @@ class Ledger:
     # Real time spent inside this Comm's calls (collectives of any kind, their buffers, codecs,
     # waits), on `Comm.timer`: what separates an algorithm's own work from its communication.
     call_s: float = 0.0
+    # Virtual clock: the latest modeled completion among the collectives this worker waited
+    # for. Ranks that wait for the same collectives at the same steps (every method but
+    # OSP/LOSP) hold the same value at the same step: the time budget's stop (budget.py).
+    completed_s: float = 0.0
 
 
 class WallClock:
@@ -406,6 +336,7 @@ class _Collective:
                 began = max(self.launch, self.begin)
                 ledger.hidden_s += max(0.0, min(completion, start) - began)
             ledger.exposed_s += max(0.0, completion - start)
+            ledger.completed_s = max(ledger.completed_s, completion)
             clock.t = max(start, completion)
             return
         if self.launch_mark is not None:  # on a device: timed by marks, accounted later
@@ -461,6 +392,7 @@ class _Arrived:
         if not blocking:
             ledger.hidden_s += max(0.0, min(completion, start) - self.launch)
         ledger.exposed_s += max(0.0, completion - start)
+        ledger.completed_s = max(ledger.completed_s, completion)
         clock.t = max(start, completion)
 
 
@@ -517,6 +449,33 @@ class Pending:
         if isinstance(self._collective, _Collective | _Arrived):
             return self._collective.is_completed()
         return self._collective is None or self._collective.is_completed()
+
+    def completes_by(self, t: float) -> bool:
+        """Virtual clock: whether the collective's modeled completion is at or before `t`
+        (waits in real time for the launch clocks only; this worker's clock and ledger are
+        untouched). A bookkeeping collective, or one already waited for: True."""
+        c = self._collective
+        if self._done or not isinstance(c, _Collective | _Arrived):
+            return True
+        completion = c._completion() if isinstance(c, _Collective) else c.latest + c.duration
+        return completion <= t
+
+    def peek(self) -> list[torch.Tensor]:
+        """The average this collective delivers, as new tensors shaped like the inputs, without
+        waiting for it on the run's clock: this worker's clock, ledger and the Pending itself
+        are untouched (a later `wait()` accounts as if there had been no peek). For a model as
+        it stood at a time the collective had completed by, on the virtual clock (budget.py):
+        call it only when `completes_by` says so."""
+        if self._done:
+            return [t.clone() for t in unflatten(self._flat, self._like)]
+        c = self._collective
+        work = c.work if isinstance(c, _Collective) else c
+        if work is not None and not isinstance(work, _Arrived):
+            work.wait()  # real time only
+        flat = self._flat / self._comm.world_size
+        if isinstance(c, _Collective | _Arrived) and self._comm.codec.active:
+            self._comm.codec.roundtrip_(flat, [t.numel() for t in self._like])
+        return [t.clone() for t in unflatten(flat, self._like)]
 
     def wait(self) -> list[torch.Tensor]:
         """Block until the average has arrived; return it shaped like the inputs."""

@@ -79,6 +79,8 @@ Deviations from the paper and the reference code (all [I]):
   aggregate that is already there gives an empty window). W = 0 waits at once.
 - Momentum buffers are the local torch SGD's and are never averaged or reset; BatchNorm
   running statistics are never communicated (as all repo algorithms).
+- On a time budget (experiments/training/budget.py) there is no drain before an evaluation:
+  `model_at(t)` is w with every aggregate whose modeled completion is at or before t.
 - Evaluation: `eval_model()` is the parameter-server model w (the PS semantics' model; the
   local x_i hold unpushed progress, and LOSP's are compensated), with this worker's BN buffers
   (then averaged over the workers, as for every consensus model). w is the same on every rank
@@ -247,6 +249,19 @@ class OSP(Algorithm):
             raise RuntimeError("OSP/LOSP evaluate w only after drain(): a push is in flight")
         model = copy.deepcopy(self.model)
         copy_into_([p for p in model.parameters() if p.requires_grad], flatten(self.global_model))
+        return model
+
+    def model_at(self, t: float) -> torch.nn.Module:
+        """w as it stood at virtual time `t` (the time budget's evaluation, no drain): w_r,
+        plus the aggregate in flight when it completed by `t` (every rank computes the same w
+        for the same `t`, whether or not it has received that aggregate yet); this worker's BN
+        buffers."""
+        w = self.global_model
+        if self.pending is not None and self.pending.completes_by(t):
+            *mean_update, _flag = self.pending.peek()
+            w = [w_r - self.cfg.server_lr * u for w_r, u in zip(w, mean_update, strict=True)]
+        model = copy.deepcopy(self.model)
+        copy_into_([p for p in model.parameters() if p.requires_grad], flatten(w))
         return model
 
     def state_dict(self) -> dict:

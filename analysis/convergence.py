@@ -18,6 +18,7 @@ from experiments.store.convergence import (
     evaluations_before_decays,
     plateaued,
 )
+from experiments.store.crossing import per_pass
 
 # The rule's names, importable from here as before it moved below the analysis.
 __all__ = ["ACC", "CRITERION", "LOSS", "LR", "Criterion", "converged", "decay_starts"]
@@ -41,6 +42,10 @@ def run_convergence(metrics: pd.DataFrame, criterion: Criterion = CRITERION) -> 
             result[run_dir] = False
             continue
         rows = rows.dropna(subset=[ACC])
+        if "test/images" in rows and rows["test/images"].notna().any() and "epochs" in rows:
+            # a time budget's points, one per pass of its schedule (experiments/store/crossing.py)
+            kept = per_pass(rows.to_dict("records"), int(rows["epochs"].iloc[0]))
+            rows = pd.DataFrame(kept, columns=rows.columns)
         acc = pd.to_numeric(rows[ACC], errors="coerce").tolist()
         loss = pd.to_numeric(rows[LOSS], errors="coerce").tolist()
         result[run_dir] = converged(acc, loss, criterion, decays=_decays(rows))

@@ -38,6 +38,7 @@ from analysis.table_cells import (
     latex_escape,
 )
 from experiments.errors import UserError
+from experiments.store.crossing import crossing_time
 
 __all__ = [
     "TAU_LESS",
@@ -199,8 +200,10 @@ def time_to_target(
     metrics: pd.DataFrame, target: float, acc: str = ACC, time: str = TIME
 ) -> pd.DataFrame:
     """Per run (index `run_dir`): `reached`, whether an evaluation had `acc >= target`, and
-    `time_s`, the training time (`time/train_s`, evaluation excluded) at the first such
-    evaluation (NaN if never reached or not logged). Evaluations are taken in step order."""
+    `time_s`, the training time (`time/train_s`, evaluation excluded) at which it crossed the
+    target: the first such evaluation's, interpolated between it and the one before on a time
+    budget (experiments/store/crossing.py); NaN if never reached or not logged. Evaluations are
+    taken in step order."""
     columns = ["reached", "time_s"]
     if metrics.empty or "run_dir" not in metrics.columns:
         return pd.DataFrame(columns=columns, index=pd.Index([], name="run_dir"))
@@ -216,13 +219,22 @@ def time_to_target(
         if time in data.columns
         else pd.Series(math.nan, index=data.index)
     )
+    budget = (
+        data["test/images"].notna()
+        if "test/images" in data.columns
+        else pd.Series(False, index=data.index)
+    )
     result = {}
     for run_dir, index in data.groupby("run_dir", sort=False).groups.items():
-        hits = accuracy.loc[index][accuracy.loc[index] >= target]
-        if hits.empty:
-            result[run_dir] = (False, math.nan)
-        else:
-            result[run_dir] = (True, float(times.loc[hits.index[0]]))
+        # on a time budget interpolated between the points around the crossing
+        # (experiments/store/crossing.py)
+        when = crossing_time(
+            times.loc[index].tolist(),
+            accuracy.loc[index].tolist(),
+            target,
+            interpolate=bool(budget.loc[index].any()),
+        )
+        result[run_dir] = (False, math.nan) if when is None else (True, when)
     table = pd.DataFrame.from_dict(result, orient="index", columns=columns)
     table.index.name = "run_dir"
     return table

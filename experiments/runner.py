@@ -648,6 +648,13 @@ def train_worker(
     eval_bs = job.eval_batch_size
     test_full = DataLoader(bundle.test, batch_size=eval_bs)
     test_shard = DataLoader(Subset(bundle.test, range(rank, len(bundle.test), m)), eval_bs)
+    time_budget = job.budget if job.budget.name == "time" else None
+    subset_shard = None
+    if time_budget is not None:  # the points before T are scored on a stratified subset
+        from experiments.data.datasets import eval_subset
+
+        subset = eval_subset(bundle.test, time_budget.eval_images)
+        subset_shard = DataLoader(Subset(subset, range(rank, len(subset), m)), eval_bs)
 
     # beyond the dtype's largest number the LR is inf, a diverged run (schedule.py)
     schedule = Schedule.of(job, workers=m, limit=torch.finfo(dtype).max)
@@ -718,6 +725,8 @@ def train_worker(
         optimizer_step=None if batched is None else partial(batched.optimizer_step, replica),
         shared_calibration=shared_calibration,
         loss_and_correct=None if batched is None else partial(batched.loss_and_correct, replica),
+        budget=time_budget,
+        test_subset_shard=subset_shard,
     )
     try:
         result = train(

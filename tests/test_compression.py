@@ -10,7 +10,8 @@ import pytest
 import torch
 
 import algorithms
-from algorithms.comm import COMPRESSIONS, INT8_BLOCK, Codec, Comm, int8_roundtrip_
+from algorithms.codec import COMPRESSIONS, INT8_BLOCK, Codec, int8_roundtrip_
+from algorithms.comm import Comm
 from tests.workers import run_workers
 
 

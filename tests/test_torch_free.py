@@ -185,6 +185,7 @@ BAD_VALUES: dict[str, tuple[str, str] | None] = {
     "algorithm": ("algorithm=nope", "unknown algorithm 'nope'"),
     "network": ("network=nope", "unknown network 'nope'"),
     "cluster": ("cluster=nope", "unknown cluster 'nope'"),
+    "budget": ("budget=nope", "unknown budget 'nope'"),
     "experiment_name": None,
     "seed": ("seed=-1", "seed must be an integer in [0, 2^32)"),
     "workers": ("workers=0", "workers must be an integer >= 1"),
@@ -301,6 +302,10 @@ BAD_VALUES: dict[str, tuple[str, str] | None] = {
         "network.ps_servers must be >= 1",
     ),
     "cluster.name": None,
+    "budget.name": None,
+    "budget.time_s": ("budget=time budget.time_s=-1", "budget.time_s must be null or a positive"),
+    "budget.eval_every_s": ("budget=time budget.eval_every_s=0", "budget.eval_every_s must be"),
+    "budget.eval_images": ("budget=time budget.eval_images=0", "budget.eval_images must be null"),
     "cluster.backend": ("cluster.backend=mpi", "cluster.backend must be one of auto"),
     "cluster.checkpoint_every": (
         "cluster.checkpoint_every=-1",

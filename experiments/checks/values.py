@@ -103,6 +103,7 @@ def validate(cfg: dict[str, Any]) -> None:
             "threads of one process sharing its cores, so their wall-clock measures nothing; "
             "use timing=virtual (the modeled clock, timing.md)"
         )
+    validate_budget(cfg)
     from experiments.config import schema
     from experiments.training.clock import Compute, Network  # (numpy: not for --help and such)
 
@@ -126,6 +127,41 @@ def validate(cfg: dict[str, Any]) -> None:
         raise UserError(str(e)) from None
     # the data's, the partition's and the model's values (torch-free: the loaders' own checks)
     data_params.check(cfg)
+
+
+def validate_budget(cfg: dict[str, Any]) -> None:
+    """budget=time (experiments/training/budget.py): on the virtual clock, its numbers
+    positive. A record made before the budget existed ran on steps."""
+    budget = cfg.get("budget") or {"name": "steps"}
+    if budget.get("name") not in ("steps", "time"):
+        raise UserError(f"budget must be steps or time, got {budget.get('name')!r}")
+    if budget["name"] != "time":
+        return
+    if cfg["timing"] != "virtual":
+        raise UserError(
+            "budget=time needs timing=virtual: the budget ends on each worker's modeled clock "
+            "(docs/timing.md, Budgets); on the real clock use the steps budget"
+        )
+    for key in ("time_s", "eval_every_s"):
+        value = budget.get(key)
+        number = isinstance(value, int | float) and not isinstance(value, bool)
+        if value is not None and not (number and 0 < value < math.inf):
+            raise UserError(
+                f"budget.{key} must be null or a positive number of seconds, got {value!r}"
+            )
+    images = budget.get("eval_images")
+    if images is not None and (not _is_int(images) or images < 1):
+        raise UserError(
+            f"budget.eval_images must be null (every test image) or >= 1, got {images!r}"
+        )
+    name = cfg["algorithm"]["name"]
+    config = algorithms.CONFIGS.get(name)
+    if cfg["checkpoint_every"] and config is not None and not config.checkpoint_anywhere:
+        raise UserError(
+            f"checkpoint_every={cfg['checkpoint_every']} with budget=time: {name}'s workers are "
+            "never all at rest before the budget ends, so there is no point to save at; use "
+            "checkpoint_every=0"
+        )
 
 
 def _seeds(cfg: dict[str, Any]) -> list[tuple[str, Any]]:

@@ -20,7 +20,9 @@ computes or what its record says:
 - `rerun`: a request to recompute a finished run, not a property of it;
 - `hydra`: Hydra's own settings;
 - `tau` when the algorithm does not read it (`algorithms.reads_tau`: sync SGD, PowerSGD and
-  pseudo-sync communicate every step): its runs at tau 2 and tau 4 are one run, one digest.
+  pseudo-sync communicate every step): its runs at tau 2 and tau 4 are one run, one digest;
+- `budget` on the steps budget (the default; its time keys are read by `budget=time` only):
+  a run made before the budget existed and the same run today are one run, one digest.
 
 A key an algorithm does not read is left out rather than hashed, so that one run is one record:
 hashed, the same run at two values of the key would be trained twice and counted twice. A run
@@ -92,6 +94,9 @@ def identity_config(cfg: Mapping[str, Any]) -> dict[str, Any]:
     algorithm = out.get("algorithm")
     if isinstance(algorithm, Mapping) and not algorithms.reads_tau(str(algorithm.get("name"))):
         out.pop("tau", None)
+    budget = out.get("budget")
+    if isinstance(budget, Mapping) and budget.get("name") == "steps":
+        out.pop("budget")
     for dotted in NON_IDENTITY_KEYS:
         *parents, leaf = dotted.split(".")
         node: Any = out

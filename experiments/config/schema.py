@@ -154,6 +154,8 @@ class Config:
     # group: ideal | ethernet40g | ethernet10g | ethernet1g | wan | calibrated (the scale's)
     network: Any = MISSING
     cluster: Any = MISSING  # group: local | sim (threads of one process) | slurm
+    # group: steps (`epochs` passes per worker) | time (a virtual-time budget: stragglers)
+    budget: Any = MISSING
 
     # W&B group and the name analysis groups runs by; presets set it.
     experiment_name: str = MISSING
@@ -321,6 +323,25 @@ class Cluster:
 
 
 @dataclass
+class Budget:
+    # steps: every worker makes `epochs` passes over its shard and all meet at an evaluation
+    # every `eval_every` epochs (the papers' budget with equal workers) | time: each worker
+    # steps at its own modeled speed until the virtual clock reaches time_s, and the model the
+    # method defines is evaluated as it stood at fixed virtual times, without a barrier
+    # (timing=virtual; docs/timing.md, "Budgets").
+    name: str = MISSING
+    # budget=time: the budget T (virtual seconds); null = the time the slowest worker needs to
+    # compute `epochs` passes (epochs x steps per epoch x step time x its slowdown).
+    time_s: Optional[float] = MISSING  # noqa: UP045 - OmegaConf reads this annotation
+    # budget=time: the evaluation points t_k = k x eval_every_s (and T); null = T / (8 x epochs),
+    # an eighth of the slowest worker's epoch.
+    eval_every_s: Optional[float] = MISSING  # noqa: UP045
+    # budget=time: test images (a fixed stratified subset) that the points before T are scored
+    # on; the point at T is scored on the whole test set. null = the whole test set each time.
+    eval_images: Optional[int] = MISSING  # noqa: UP045
+
+
+@dataclass
 class SimCluster(Cluster):
     # Where the workers' models live: auto (the first GPU if there is one, else cpu) | cpu |
     # cuda | cuda:N. Every worker on this one device.
@@ -360,7 +381,11 @@ GROUP_SCHEMAS: dict[str, dict[str, type]] = {
         for n in ("ideal", "ethernet40g", "ethernet10g", "ethernet1g", "wan", "calibrated")
     },
     "cluster": {"local": Cluster, "sim": SimCluster, "slurm": SlurmCluster},
+    "budget": {"steps": Budget, "time": Budget},
 }
+
+# Groups added after records were made: a record without the group ran with this option.
+GROUPS_ADDED_LATER: dict[str, str] = {"budget": "steps"}
 
 
 # --- the algorithms' schemas, from their Config dataclasses ---------------------------------
@@ -458,12 +483,29 @@ def from_record(plain: Mapping[str, Any]) -> Config:
     schema, as Hydra types it while composing; a value the schema refuses raises. The record
     holds no `rerun`: the run's directory was settled before any worker reads the job."""
     node = OmegaConf.structured(Config)
+    plain = dict(plain)
+    for group, option in GROUPS_ADDED_LATER.items():
+        if group not in plain:  # made before the group existed: OmegaConf.compose for its option
+            plain[group] = added_group_default(group, option)
     for group, options in GROUP_SCHEMAS.items():
         node[group] = OmegaConf.structured(options[plain[group]["name"]])
     # the schema register() made (algorithm_schema makes a new class on every call)
     node.algorithm = OmegaConf.structured(globals()[f"algorithm_{plain['algorithm']['name']}"])
     node.rerun = False
     return OmegaConf.to_object(OmegaConf.merge(node, plain))  # type: ignore[return-value]
+
+
+def added_group_default(group: str, option: str) -> dict[str, Any]:
+    """The values of conf/<group>/<option>.yaml (without its defaults list): what a record made
+    before the group existed ran with."""
+    from pathlib import Path
+
+    import yaml
+
+    path = Path(__file__).resolve().parents[2] / "conf" / group / f"{option}.yaml"
+    values = yaml.safe_load(path.read_text()) or {}
+    values.pop("defaults", None)
+    return values
 
 
 # --- keys that no schema declares -----------------------------------------------------------

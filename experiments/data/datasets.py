@@ -122,7 +122,50 @@ def hold_out_validation(bundle: DataBundle, fraction: float) -> DataBundle:
     )
 
 
-# ---------------------------------------------------------------------------------------------
+EVAL_SUBSET_SEED = 0  # budget=time's evaluation subset: one subset for every method and seed
+
+
+def labels_of(dataset) -> np.ndarray:
+    """The labels of `dataset`'s items, in order (an in-memory dataset's own tensor, a
+    `Subset`'s through its indices, else item by item)."""
+    from torch.utils.data import Subset
+
+    if isinstance(dataset, Subset):
+        return labels_of(dataset.dataset)[np.asarray(dataset.indices)]
+    labels = getattr(dataset, "labels", None)
+    if labels is None:
+        labels = getattr(dataset, "targets", None)
+    if labels is not None:
+        return np.asarray(labels)
+    return np.asarray([int(dataset[i][1]) for i in range(len(dataset))])
+
+
+def eval_subset(dataset, size: int | None):
+    """A fixed subset of `size` items of the evaluation set `dataset`, drawn stratified by class
+    (each class keeps its share; the same for every method, seed and run), in dataset order; the
+    whole set when `size` is null or not smaller. budget=time scores its points before T on it
+    (experiments/training/budget.py)."""
+    from sklearn.model_selection import train_test_split
+    from torch.utils.data import Subset
+
+    n = len(dataset)
+    if size is None or size >= n:
+        return dataset
+    try:
+        chosen, _ = train_test_split(
+            np.arange(n),
+            train_size=size,
+            stratify=labels_of(dataset),
+            random_state=EVAL_SUBSET_SEED,
+        )
+    except ValueError as e:
+        raise UserError(
+            f"budget.eval_images={size}: cannot draw it from the {n} test images stratified by"
+            f" class: {one_line(e)}"
+        ) from None
+    return Subset(dataset, np.sort(chosen).tolist())
+
+
 # scikit-learn digits
 
 

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Protocol
 
 from experiments.store.convergence import converged, decay_starts, evaluations_before_decays
+from experiments.store.crossing import crossing_time, on_time_budget, per_pass
 from experiments.store.records import METRICS, SUMMARY, write_text_atomic
 
 EXIT_FAILED, EXIT_INTERRUPTED = 1, 3  # run.py's exit codes
@@ -281,6 +282,8 @@ class WandbSink:
         except (OSError, ValueError):
             return {}
         out: dict[str, Any] = {}
+        scored = rows  # every point scores time to target; the rule reads one per pass
+        rows = per_pass(rows, self._cfg["epochs"])
 
         def number(row: dict[str, Any], key: str) -> float:
             value = row.get(key)
@@ -303,10 +306,15 @@ class WandbSink:
             (self._cfg.get("scale") or {}).get("target_acc")
         )
         if isinstance(target, int | float) and not isinstance(target, bool):
-            hits = [r for r, a in zip(rows, acc, strict=True) if a >= target]
+            when = crossing_time(
+                [number(r, "time/train_s") for r in scored],
+                [number(r, "test/acc") for r in scored],
+                float(target),
+                interpolate=on_time_budget(scored),
+            )
             out["target_acc"] = float(target)
-            out["reached_target"] = bool(hits)
-            out["time_to_target_s"] = number(hits[0], "time/train_s") if hits else None
+            out["reached_target"] = when is not None
+            out["time_to_target_s"] = when
         return out
 
 

@@ -267,34 +267,75 @@ class RealClock:
 
 
 class VirtualClock:
-    """A deterministic per-worker clock (timing.md, "Two clocks"); never sleeps."""
+    """A deterministic per-worker clock (timing.md, "Two clocks"); never sleeps.
+
+    Besides the time `t` it keeps what this worker did with it: `busy_s` (modeled local steps),
+    `algo_s` (modeled algorithm work), `steps` and `samples` (local steps whose compute has
+    ended, and their samples: the loop adds them); the rest of `t` is waiting (exposed
+    communication), so `idle_s = t - busy_s - algo_s` exactly. `watch(old, new, busy)`, when
+    set, is called before every advance of the clock, with whether the advance is this
+    worker's own work (a step or its algorithm work) or a wait: the time budget's evaluation
+    takes the model as it stood at the points that the advance passes (budget.py)."""
 
     virtual = True
     emulate_compute = False  # it never sleeps
 
     def __init__(self, rank: int, network: Network, compute: Compute):
         self.rank, self.network, self.compute = rank, network, compute
-        self.t = 0.0
+        self._t = 0.0
+        self.busy_s = self.algo_s = 0.0
+        self.steps = self.samples = 0
+        self.watch: Callable[[float, float, bool], None] | None = None
         # (step, clock at its start, its modeled duration) of the last local step: where in
         # the modeled timeline a collective launched during that step's backward pass starts
         # (algorithms/sync_sgd.py)
         self.last_step: tuple[int, float, float] | None = None
 
+    @property
+    def t(self) -> float:
+        return self._t
+
+    @t.setter
+    def t(self, value: float) -> None:
+        """A wait (or a restore) moves the clock."""
+        self._move(value, busy=False)
+
+    def _move(self, value: float, busy: bool) -> None:
+        if self.watch is not None and value > self._t:
+            self.watch(self._t, value, busy)
+        self._t = value
+
+    @property
+    def idle_s(self) -> float:
+        return self._t - self.busy_s - self.algo_s
+
     def now(self) -> float:
-        return self.t
+        return self._t
+
+    def work_ends(self, step: int) -> float | None:
+        """When step `step`'s modeled compute and algorithm work, started now, will end; None
+        when its compute time is each step's measured time (known only once it ran)."""
+        if self.compute.step_time_s is None:
+            return None
+        return self._t + self.compute.step_time(self.rank, step, 0.0) + self.compute.algo_time(
+            self.rank, step
+        )
 
     def local_step(self, step: int, measured_s: float) -> float:
         """Advance by the modeled step `step`; returns its duration (time/compute_s)."""
         dt = self.compute.step_time(self.rank, step, measured_s)
-        self.last_step = (step, self.t, dt)
-        self.t += dt
+        self.last_step = (step, self._t, dt)
+        self._move(self._t + dt, busy=True)
+        self.busy_s += dt
+        self.steps += 1
         return dt
 
     def algo_step(self, step: int) -> float:
         """Advance by the modeled algorithm work of step `step` (amortised per local step,
         experiments/training/calibrate.py); returns its duration (time/algo_s)."""
         dt = self.compute.algo_time(self.rank, step)
-        self.t += dt
+        self._move(self._t + dt, busy=True)
+        self.algo_s += dt
         return dt
 
     def duration(self, nbytes: int, m: int) -> float:

@@ -32,6 +32,7 @@ the loop then saves a checkpoint and returns status `interrupted`.
 
 from __future__ import annotations
 
+import itertools
 import math
 import sys
 import time
@@ -47,6 +48,7 @@ from algorithms.base import Algorithm
 from algorithms.comm import Comm
 from experiments.store.checkpoint import Stopper
 from experiments.store.records import write_json_atomic
+from experiments.training.budget import Scorer, TimeBudget, Timeline
 from experiments.training.evaluate import evaluate, fixed_batches, loss_and_correct
 from experiments.training.faults import Fault
 from experiments.training.schedule import Schedule
@@ -72,6 +74,11 @@ class LoopSettings:
     # `loss_and_correct(model, loader, device, dtype)` of an evaluation: evaluate.py's, or the
     # in-process workers' batched evaluation (experiments/workers/batched.py)
     loss_and_correct: Callable[..., tuple[float, int, int]] | None = None
+    # budget=time (experiments/training/budget.py): the config's `budget` node, and the loader
+    # of this worker's shard of the stratified test subset its points before T are scored on.
+    # None: the steps budget.
+    budget: Any = None
+    test_subset_shard: Any = None
 
 
 @dataclass
@@ -157,6 +164,36 @@ def train(
     status, diverged, diverged_at = "completed", False, math.inf
     losses = LossMeter(device, pos.loss_sum, pos.first_bad_step)
     bn_batches = None  # evaluate.fixed_batches of this worker's shard, drawn when first needed
+    timeline = None  # budget=time: the model at the evaluation points (budget.py)
+    if settings.budget is not None:
+        budget = TimeBudget.of(settings.budget, settings.epochs, steps_per_epoch, clock.compute)
+        timeline = Timeline(
+            budget,
+            algo,
+            comm,
+            loss_sum=lambda: losses.read()[0],
+            lr_at=lambda t: settings.schedule.lr_at(budget.schedule_step(t), steps_per_epoch),
+        )
+        if ckpt is not None and ckpt.resume is not None and "timeline" in ckpt.resume:
+            timeline.load_state_dict(ckpt.resume["timeline"])
+        if algo.eval_needs_fresh_bn():
+            bn_batches = fixed_batches(train_loader.dataset, train_loader.batch_size)
+        scorer = Scorer(
+            algo,
+            comm,
+            device,
+            settings.dtype,
+            settings.test_subset_shard or test_shard,
+            test_full,
+            test_shard,
+            counts=settings.loss_and_correct,
+            bn_batches=bn_batches,
+            steps_per_epoch=steps_per_epoch,
+        )
+        # where the workers make the same steps, they stop together (budget.py)
+        together = algo.checkpoint_anywhere and comm.world_size > 1
+        timeline.install()
+    spent = False  # budget=time: the budget has ended
 
     def checkpoint(reason: str) -> None:
         # device-timed waits not read yet (algorithms/comm.py) go into the saved ledger
@@ -164,10 +201,19 @@ def train(
         times.compute_s -= comm.settle()
         pos.loss_sum, pos.first_bad_step = losses.read()
         state = capture(algo, comm, times, pos, train_loader)
+        if timeline is not None:
+            state["timeline"] = timeline.state_dict()
         ckpt.save(state, pos.step, pos.epoch, reason)
 
+    def log(row: dict) -> None:
+        pos.row = row
+        pos.best_acc = max(pos.best_acc, row["test/acc"])
+        if sink is not None:
+            sink.log(row, row["step"] if timeline is not None else pos.step)
+
     model.train()
-    for epoch in range(pos.epoch, settings.epochs):
+    epochs = range(pos.epoch, settings.epochs) if timeline is None else itertools.count(pos.epoch)
+    for epoch in epochs:
         if epoch != pos.epoch:
             pos.epoch, pos.batch_in_epoch = epoch, 0
         # The epoch's data order comes from the loader's generator as it is now; a run resumed
@@ -177,6 +223,11 @@ def train(
             train_loader.sampler.skip = pos.batch_in_epoch * train_loader.batch_size
         batches = iter(train_loader)
         while True:
+            if timeline is not None:
+                done = comm.ledger.completed_s if together else clock.now()
+                if done >= budget.time_s:
+                    spent = True
+                    break
             if (
                 ckpt is not None
                 and pos.batch_in_epoch < steps_per_epoch
@@ -194,10 +245,17 @@ def train(
             t1 = time.perf_counter()
             step = pos.step
             fault.check(step)
-            lr = settings.schedule.lr_at(step, steps_per_epoch)
+            if timeline is None:
+                lr = settings.schedule.lr_at(step, steps_per_epoch)
+            else:  # by time: the same LR for every worker at the same time (budget.py)
+                lr = settings.schedule.lr_at(budget.schedule_step(clock.now()), steps_per_epoch)
             for group in optimizer.param_groups:
                 group["lr"] = lr
             exposed_before = ledger.exposed_s
+            if timeline is not None:
+                # the points inside this step's work see the model before its forward pass
+                # (which moves the BatchNorm statistics before the clock moves)
+                timeline.before_work(clock.work_ends(step))
 
             loss = step_pass(model, optimizer, x, y)
             if clock.emulate_compute:
@@ -206,6 +264,8 @@ def train(
             # virtual: adds the modeled step time and algorithm work; real: sleeps to the
             # modeled step with emulate_compute (the algorithm's work is measured below).
             step_compute = clock.local_step(step, time.perf_counter() - t1)
+            if clock.virtual:
+                clock.samples += y.shape[0]
             step_algo = clock.algo_step(step)
             calls_before, h0 = ledger.call_s, time.perf_counter()
             algo.before_step(step)
@@ -236,6 +296,35 @@ def train(
             heartbeat.beat(pos.step)
         if status == "interrupted":
             break
+        if timeline is not None:
+            if spent:
+                break
+            if not together:  # OSP/LOSP: no step at which every worker is at rest
+                continue
+            # Every worker is at the same step: score the points all have copied, no drain.
+            t0 = time.perf_counter()
+            rows = timeline.score(timeline.common(), scorer)
+            (diverged_at,) = comm.sum_scalars([losses.read()[1]], op="min")
+            times.eval_s += time.perf_counter() - t0
+            for row in rows:
+                log(row)
+            if rows:
+                progress.report(pos.step, epoch + 1, settings.epochs, rows[-1])
+            if math.isfinite(diverged_at):
+                status, diverged = "diverged", True
+                break
+            if ckpt is None:
+                continue
+            stop = ckpt.stopper.agree(pos.step)
+            periodic = ckpt.every > 0 and (epoch + 1) % ckpt.every == 0
+            if stop or periodic:
+                pos.epoch, pos.batch_in_epoch = epoch + 1, 0
+                pos.epoch_rng = _generator_state(train_loader)
+                checkpoint("stop request" if stop else "periodic")
+            if stop:
+                status = "interrupted"
+                break
+            continue
 
         last = epoch == settings.epochs - 1
         if not last and (epoch + 1) % settings.eval_every != 0:
@@ -313,10 +402,7 @@ def train(
                 **{f"algo/{k}": v for k, v in algo.metrics().items()},
             }
         )
-        pos.row = row
-        pos.best_acc = max(pos.best_acc, row["test/acc"])
-        if sink is not None:
-            sink.log(row, pos.step)
+        log(row)
         progress.report(pos.step, epoch + 1, settings.epochs, row)
         if diverged or not (math.isfinite(train_loss) and math.isfinite(row["test/loss"])):
             status = "diverged"  # every rank saw the same all-reduced numbers
@@ -335,10 +421,32 @@ def train(
             status = "interrupted"
             break
 
+    if timeline is not None and status != "interrupted":
+        status, diverged_at = _finish_budget(timeline, scorer, algo, comm, losses, times, log)
+        progress.report(pos.step, pos.epoch + 1, settings.epochs, pos.row)
     progress.close()
     if ckpt is not None:
         ckpt.stopper.close()
     row = pos.row  # the last evaluation's metrics (none when no evaluation ran)
+    if timeline is not None:
+        return {
+            "status": status,
+            "final/test_acc": row.get("test/acc"),
+            "final/test_acc_local": row.get("test/acc_local"),
+            "best/test_acc": pos.best_acc,
+            "final/train_loss": row.get("train/loss"),
+            "steps": pos.step,
+            "diverged_at_step": int(diverged_at) if math.isfinite(diverged_at) else None,
+            "epochs": row.get("epoch"),
+            **time_ledger(times, ledger),
+            # at T, not where the workers stopped (past T: not scored)
+            **{k: v for k, v in row.items() if k.startswith(("time/", "comm/", "workers/"))},
+            "time/eval_s": times.eval_s + timeline.copy_s,
+            "budget/time_s": timeline.budget.time_s,
+            "budget/eval_every_s": timeline.budget.every_s,
+            "budget/points": timeline.scored,
+            **calibrated,
+        }
     return {
         "status": status,
         "final/test_acc": row.get("test/acc"),
@@ -351,6 +459,24 @@ def train(
         **time_ledger(times, ledger),
         **calibrated,
     }
+
+
+def _finish_budget(timeline, scorer, algo, comm, losses, times, log) -> tuple[str, float]:
+    """The end of a time budget (every worker's clock at or past T): the points at T copied,
+    the algorithm finished (no collective left in flight: OSP/LOSP answer the pushes of a
+    worker still training), then every point not scored yet scored and logged. Returns the
+    status and the first step whose loss was not finite (inf: none)."""
+    timeline.close()
+    algo.finish()
+    t0 = time.perf_counter()
+    rows = timeline.score(len(timeline.taken), scorer)
+    (diverged_at,) = comm.sum_scalars([losses.read()[1]], op="min")
+    times.eval_s += time.perf_counter() - t0
+    for row in rows:
+        log(row)
+    bad = not all(math.isfinite(r["test/loss"]) for r in rows)
+    status = "diverged" if math.isfinite(diverged_at) or bad else "completed"
+    return status, diverged_at
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
@@ -409,6 +535,10 @@ def _generator_state(loader) -> torch.Tensor | None:
     return generator.get_state() if generator is not None else None
 
 
+# What a virtual clock has done with its time (experiments/training/clock.py), saved with it.
+CLOCK_ACCOUNTS = ("busy_s", "algo_s", "steps", "samples")
+
+
 def capture(algo: Algorithm, comm: Comm, times: Times, pos: Position, train_loader) -> dict:
     """This worker's whole state at a step boundary, for experiments/store/checkpoint.py."""
     rng = {"torch": torch.get_rng_state()}
@@ -422,6 +552,9 @@ def capture(algo: Algorithm, comm: Comm, times: Times, pos: Position, train_load
         "algorithm": algo.state_dict(),
         "rng": rng,
         "clock": comm.clock.now() if comm.clock.virtual else None,
+        "clock_accounts": {k: getattr(comm.clock, k) for k in CLOCK_ACCOUNTS}
+        if comm.clock.virtual
+        else None,
         "ledger": asdict(comm.ledger),
         "times": asdict(times),
         "position": {k: v for k, v in asdict(pos).items()},
@@ -451,6 +584,8 @@ def restore(state: dict, algo: Algorithm, comm: Comm, times: Times, pos: Positio
         torch.cuda.set_rng_state_all(state["rng"]["cuda"])
     if comm.clock.virtual and state["clock"] is not None:
         comm.clock.t = state["clock"]
+        for k, v in (state.get("clock_accounts") or {}).items():
+            setattr(comm.clock, k, v)
     for k, v in state["ledger"].items():
         setattr(comm.ledger, k, v)
     for k, v in state["times"].items():
@@ -583,6 +718,18 @@ class Progress:
         elapsed = time.perf_counter() - self.start
         run = step - self.done0  # steps of this process (a resumed run started at done0)
         eta = elapsed * (self.total - step) / run if run > 0 else float("nan")
+        if "test/images" in row:  # budget=time: a point in virtual time (budget.py)
+            local = (
+                f"  test/acc_local {row['test/acc_local']:.4f}" if "test/acc_local" in row else ""
+            )
+            print(
+                f"t {row['time/train_s']:.2f}s  step {row['step']}  "
+                f"train/loss {row['train/loss']:.4f}  "
+                f"test/acc {row['test/acc']:.4f} ({row['test/images']} images){local}  "
+                f"elapsed {elapsed:.1f}s",
+                flush=True,
+            )
+            return
         print(
             f"epoch {epoch}/{epochs}  step {step}/{self.total}  "
             f"train/loss {row['train/loss']:.4f}  "

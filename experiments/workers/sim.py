@@ -131,6 +131,10 @@ def lockstep(cfg: dict[str, Any], device: torch.device | None = None) -> bool:
 
     if not cfg["cluster"].get("in_process"):
         return False
+    if (cfg.get("budget") or {}).get("name") == "time":
+        # each run stops at its own step and scores its points at its own steps
+        # (experiments/training/budget.py): its seeds cannot share one batched pass
+        return False
     return wanted(cfg, REGISTRY[cfg["algorithm"]["name"]], device or device_of(cfg))
 
 

@@ -1,0 +1,72 @@
+"""When a run reached the target accuracy, and a time budget's many points read per pass.
+
+Time to target (docs/statistics.md, "Time to target"): the training time at which the test
+accuracy first reached the target.
+
+- On the steps budget the evaluations are a pass apart and the time is the first evaluation's
+  at or above the target (an evaluation's time is what the record knows).
+- On a time budget (experiments/training/budget.py) the points are `budget.eval_every_s` apart
+  and the crossing is interpolated linearly between the last point below the target and the
+  first at or above it: t = t_0 + (target - a_0) / (a_1 - a_0) x (t_1 - t_0). Why: the first
+  point's time is late by up to a whole interval (on average half of one) whatever the curve;
+  a straight line between the two points around the crossing is late or early only by the
+  curve's bend inside one interval, which is far smaller where the points are dense
+  (tests/test_crossing.py checks it on curves whose crossing is known, and
+  benchmarks/crossing.py against dense evaluation). A run that starts at or above the target
+  crossed it at its first point.
+
+`per_pass` gives the convergence rule (convergence.py) a time budget's points as it reads the
+steps budget's evaluations: one row per pass of the schedule (T / epochs), the training loss
+averaged over the points it stands for.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from typing import Any
+
+
+def crossing_time(
+    times: Sequence[float], accs: Sequence[float], target: float, interpolate: bool
+) -> float | None:
+    """The time at which the curve (`times`, `accs`: in time order) first reached `target`;
+    None if it never did. `interpolate`: between the points around the crossing (the time
+    budget), else the first point's time (module docstring)."""
+    previous: tuple[float, float] | None = None
+    for t, a in zip(times, accs, strict=True):
+        if not math.isfinite(a):
+            continue
+        if a >= target:
+            if not interpolate or previous is None or not math.isfinite(t):
+                return float(t)
+            t0, a0 = previous
+            return float(t0 + (target - a0) / (a - a0) * (t - t0))
+        previous = (t, a)
+    return None
+
+
+def on_time_budget(rows: Sequence[dict[str, Any]]) -> bool:
+    """Whether metric rows come from a time budget (its points say how many images scored)."""
+    return any("test/images" in r for r in rows)
+
+
+def per_pass(rows: Sequence[dict[str, Any]], epochs: int) -> list[dict[str, Any]]:
+    """A time budget's rows (in time order) thinned to the first at or past each pass boundary
+    k x T / epochs (T: the last row's time), each with the mean training loss of the rows since
+    the one kept before it; other rows as they are."""
+    if not rows or not on_time_budget(rows) or epochs < 1:
+        return list(rows)
+    budget = float(rows[-1]["time/train_s"])
+    kept, losses, k = [], [], 1
+    for row in rows:
+        loss = row.get("train/loss")
+        if isinstance(loss, int | float):
+            losses.append(float(loss))
+        if float(row["time/train_s"]) >= k * budget / epochs - 1e-9 * budget:
+            mean = sum(losses) / len(losses) if losses else math.nan
+            kept.append({**row, "train/loss": mean})
+            losses = []
+            while k <= epochs and float(row["time/train_s"]) >= k * budget / epochs - 1e-9 * budget:
+                k += 1
+    return kept
