@@ -58,7 +58,9 @@ PUBLISH_CHECK = $(if $(PUBLISHING),$(PY) -m experiments.sweep --cluster $(strip 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-quick test-fast test-unit test-dist test-e2e test-slurm lint fmt \
 	demo smoke clean table1 table2 figures tune report bench bench-quick gpu-check docs \
-	recompute verify data controls losp pseudo-sync overlap-sync report-check wandb-report
+	recompute verify data controls losp overlap-straggler pseudo-sync pseudo-sync-speed \
+	overlap-sync report-check \
+	wandb-report
 
 help: ## List the targets
 	@grep -hE '^[a-zA-Z0-9_-]+:.*## ' $(MAKEFILE_LIST) | \
@@ -141,11 +143,17 @@ tune: $(STAMP) ## Each method's base LR on a validation split, seeds 100-101, gr
 controls: $(STAMP) ## The controls at VERDICT_SCALE (fmnist): effects it must detect, identities it must call equivalent (results/controls)
 	$(call VSWEEP,controls,$(VERDICT_SCALE))
 
-losp: $(STAMP) ## LOSP vs OSP vs sync SGD, one slow worker, modeled network, 8 seeds, at VERDICT_SCALE (results/losp)
+losp: $(STAMP) ## LOSP vs OSP vs sync SGD, one slow worker, modeled network, time budget, 8 seeds, at VERDICT_SCALE (results/losp)
 	$(call VSWEEP,losp,$(VERDICT_SCALE))
+
+overlap-straggler: $(STAMP) ## Overlap-Local-SGD vs Local/sync SGD with random per-step stragglers, time budget, 8 seeds, at VERDICT_SCALE (results/overlap_straggler)
+	$(call VSWEEP,overlap_straggler,$(VERDICT_SCALE))
 
 pseudo-sync: $(STAMP) ## Pseudo-synchronous vs synchronous SGD: accuracy, speed, weak scaling, 8 seeds, at VERDICT_SCALE (results/pseudo_sync)
 	$(call VSWEEP,pseudo_sync,$(VERDICT_SCALE))
+
+pseudo-sync-speed: $(STAMP) ## Pseudo-synchronous vs synchronous SGD: time to accuracy on a time budget, 8 seeds, at VERDICT_SCALE (results/pseudo_sync_speed)
+	$(call VSWEEP,pseudo_sync_speed,$(VERDICT_SCALE))
 
 overlap-sync: $(STAMP) ## Overlap-Local-SGD at tau 1, 2 vs sync SGD, IID and non-IID, 8 seeds, at VERDICT_SCALE (results/overlap_sync)
 	$(call VSWEEP,overlap_sync,$(VERDICT_SCALE))
@@ -162,13 +170,15 @@ report-check: $(STAMP)
 	$(call PUBLISH_CHECK,fig5)
 	$(call PUBLISH_CHECK,low_comm)
 	$(call PUBLISH_CHECK,losp,$(VERDICT_SCALE))
+	$(call PUBLISH_CHECK,overlap_straggler,$(VERDICT_SCALE))
 	$(call PUBLISH_CHECK,pseudo_sync,$(VERDICT_SCALE))
+	$(call PUBLISH_CHECK,pseudo_sync_speed,$(VERDICT_SCALE))
 	$(call PUBLISH_CHECK,overlap_sync,$(VERDICT_SCALE))
 
 # Every committed result (the demo and the tables at SCALE, the verdicts' presets at VERDICT_SCALE, the
 # controls at both), then results/README.md: one row per claim of the seed papers, with its
 # verdict (analysis/verdict_page.py; with PUBLISH=1 or RESULTS=results the committed page).
-report: report-check controls demo table1 table2 figures losp pseudo-sync overlap-sync ## Every preset (controls first), then the verdicts page $(OUT)/results/README.md (PUBLISH=1: results/README.md)
+report: report-check controls demo table1 table2 figures losp overlap-straggler pseudo-sync pseudo-sync-speed overlap-sync ## Every preset (controls first), then the verdicts page $(OUT)/results/README.md (PUBLISH=1: results/README.md)
 	$(call VSWEEP,controls,$(SCALE))
 	$(call SWEEP,low_comm)
 	$(PY) -m analysis.verdict_page --results \

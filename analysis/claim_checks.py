@@ -214,6 +214,13 @@ def overlapping_reach_target_sooner(runs: pd.DataFrame, report: dict) -> tuple:
 # --- the tests of the claims that compare pair by pair --------------------------------------------
 
 
+def fast_workers_busier(cell: Cell, waits: str, busy: str) -> tuple[bool | None, str]:
+    """`busy`'s fast workers idle for a smaller share of the budget than `waits`'s: `waits`'s
+    share minus `busy`'s above 0, paired by seed."""
+    c = compare(waits, cell.values(waits, "fast_idle"), busy, cell.values(busy, "fast_idle"))
+    return c.holds, c.verdict_text("share")
+
+
 def far_below(cell: Cell, sync: str, overlap: str) -> tuple[bool | None, str]:
     """`overlap`'s mean comm/compute ratio under FAR_BELOW x `sync`'s."""
     c = ratio_below(
@@ -301,6 +308,21 @@ def heterogeneous_timed(runs: pd.DataFrame) -> pd.DataFrame | str:
     return hetero
 
 
+def heterogeneous_budget(runs: pd.DataFrame) -> pd.DataFrame | str:
+    """The completed runs of a time budget (their workers' accounts at T: `fast_idle`) with a
+    `compute.slowdown` other than none."""
+    hetero = heterogeneous_timed(runs)
+    if isinstance(hetero, str):
+        return hetero
+    budget = hetero[hetero["fast_idle"].notna()]
+    if budget.empty:
+        return (
+            "no completed run on a time budget (budget=time: the workers' idle time at T) "
+            "with heterogeneous workers"
+        )
+    return budget
+
+
 def modeled_timed(runs: pd.DataFrame) -> pd.DataFrame | str:
     """The completed runs with a training time on a modeled network (not the ideal one, where
     no communication takes time and a time to target says nothing about overlapping it)."""
@@ -360,6 +382,22 @@ PAIR_CLAIMS = (
         select=modeled_timed,
     ),
     PairClaim(
+        "overlap_stragglers_do_not_wait",
+        "With stragglers, Overlap-Local-SGD's workers do not idle waiting for the slow ones "
+        "(section 3: the anchor's communication is non-blocking, so there is no idle time in "
+        "waiting for the slow ones), where Local SGD's and sync SGD's do",
+        "paired t-test of Local SGD's and sync SGD's idle share (the workers but the slowest) "
+        "minus Overlap-Local-SGD's above 0, per slowdown and tau, on a time budget",
+        "Per heterogeneous `compute.slowdown` and tau, on a time budget (budget=time): the mean "
+        "share of the budget that the workers (all but the slowest) spent waiting, "
+        "Overlap-Local-SGD's below Local SGD's at the same tau and below sync SGD's.",
+        OVERLAP,
+        (SYNC, LOCAL),
+        lambda cell, overlap, other: fast_workers_busier(cell, other, overlap),
+        required=(OVERLAP, SYNC, LOCAL),
+        select=heterogeneous_budget,
+    ),
+    PairClaim(
         "losp_beats_osp",
         "LOSP reaches higher accuracy than OSP",
         "paired t-test of the accuracy difference, per tau and slowdown",
@@ -384,6 +422,22 @@ PAIR_CLAIMS = (
         (OSP, LOSP),
         lambda cell, sync, fast: sooner(cell, fast, sync),
         select=heterogeneous_timed,
+    ),
+    PairClaim(
+        "osp_losp_fast_workers_do_not_wait",
+        "With heterogeneous workers, OSP's and LOSP's fast workers keep computing where sync "
+        "SGD's wait for the slow one (the LOSP paper: traditional synchronization modes incur "
+        "under-utilization because fast workers have to wait for slow ones)",
+        "paired t-test of sync SGD's fast-worker idle share minus OSP's and LOSP's above 0, per "
+        "slowdown and tau, on a time budget",
+        "Per heterogeneous `compute.slowdown` and tau, on a time budget (budget=time): the mean "
+        "share of the budget that the fast workers (all but the slowest) spent waiting, OSP's "
+        "and LOSP's below sync SGD's. On the virtual clock the shares are the timing model's, "
+        "the same on every seed where the windows do not depend on the data.",
+        SYNC,
+        (OSP, LOSP),
+        lambda cell, sync, fast: fast_workers_busier(cell, sync, fast),
+        select=heterogeneous_budget,
     ),
     PairClaim(
         "pseudo_sync_matches_sync",

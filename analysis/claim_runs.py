@@ -39,7 +39,8 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
     collective), `bytes_per_step`, `train_s` (final training time), `reached` (an evaluation at
     the report's target accuracy: the column `metrics.reached_target` that
     `analysis.report` adds) and `time_to_target` (`metrics.time_to_target_s`, the training
-    time at the first such evaluation), all NaN unless completed; `converged`
+    time at which it crossed), all NaN unless completed; `fast_idle`, `fast_samples`,
+    `slow_samples` (a time budget's workers at T: `_utilization`); `converged`
     (`metrics.converged`, `analysis.convergence`; None when not known, and for a diverged
     run: its divergence decides)."""
     frame = summaries.drop_duplicates("run_dir") if "run_dir" in summaries.columns else summaries
@@ -119,9 +120,54 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
             # own (accuracy 0 above), which a comparison can decide on
             "converged": converged.map(_flag).where(completed, None),
             "time_to_target": number("metrics.time_to_target_s").where(completed),
+            **_utilization(frame, completed),
         }
     )
     return _one_per_seed(out).reset_index(drop=True)
+
+
+def _utilization(frame: pd.DataFrame, completed: pd.Series) -> dict[str, pd.Series]:
+    """A time budget's per-worker accounts at T (summary `workers/*`,
+    experiments/training/budget.py) as three numbers per run: `fast_idle`, the mean idle share of
+    every worker but the slowest (the one with the longest busy time per step), and
+    `fast_samples` / `slow_samples`, the samples the fast workers (mean) and the slowest one
+    processed; NaN for runs without them (the steps budget)."""
+    fast_idle, fast_samples, slow_samples = [], [], []
+    for i in range(len(frame)):
+        idle, busy, steps, samples = (
+            _list(frame, f"summary.workers/{k}", i)
+            for k in ("idle_share", "busy_s", "steps", "samples")
+        )
+        m = len(idle)
+        if m < 2 or not completed.iat[i] or not (len(busy) == len(steps) == len(samples) == m):
+            fast_idle.append(math.nan)
+            fast_samples.append(math.nan)
+            slow_samples.append(math.nan)
+            continue
+        pace = [b / s if s > 0 else math.inf for b, s in zip(busy, steps, strict=True)]
+        slow = max(range(m), key=lambda j: pace[j])
+        fast = [j for j in range(m) if j != slow]
+        fast_idle.append(float(np.mean([idle[j] for j in fast])))
+        fast_samples.append(float(np.mean([samples[j] for j in fast])))
+        slow_samples.append(float(samples[slow]))
+    index = frame.index
+    return {
+        "fast_idle": pd.Series(fast_idle, index=index, dtype=float),
+        "fast_samples": pd.Series(fast_samples, index=index, dtype=float),
+        "slow_samples": pd.Series(slow_samples, index=index, dtype=float),
+    }
+
+
+def _list(frame: pd.DataFrame, column: str, i: int) -> list[float]:
+    """Row i's list of numbers in `column` ([] when absent or not a list of numbers)."""
+    if column not in frame.columns:
+        return []
+    value = frame[column].iat[i]
+    if not isinstance(value, list | tuple) or not all(
+        isinstance(v, int | float) and not isinstance(v, bool) for v in value
+    ):
+        return []
+    return [float(v) for v in value]
 
 
 def _one_per_seed(runs: pd.DataFrame) -> pd.DataFrame:

@@ -77,7 +77,9 @@ def rate_lines(runs: pd.DataFrame, rows: Sequence[str]) -> list[str]:
         first = group.iloc[0]
         algorithm = str(first["algorithm.name"])
         scale = str(first.get("scale.name"))
-        preset = first.get("experiment_name")
+        preset = first.get("report.tuned_from")
+        if not isinstance(preset, str) or not preset:
+            preset = first.get("experiment_name")
         preset = str(preset) if isinstance(preset, str) and preset else None
         found = tuned_entry(scale, preset, algorithm)
         rates = sorted({float(v) for v in pd.to_numeric(group[lr], errors="coerce").dropna()})

@@ -99,6 +99,7 @@ from analysis.report_staging import (
     BREAKDOWN_FIGURE_NAME,
     FIGURE_NAME,
     TIME_FIGURE_NAME,
+    UTILIZATION_FIGURE_NAME,
     ReportStopped,
     _Signalled,
     moved,
@@ -120,6 +121,7 @@ from analysis.tables import (
     write_scaling_table,
     write_table,
 )
+from analysis.utilization import utilization
 from experiments.errors import UserError, one_line_errors, refuse_inert_flags
 from experiments.store.fingerprint import describe
 from experiments.store.provenance import command_line, public_path
@@ -137,12 +139,16 @@ FIGURE_KEYS = (
     "time_pdf",
     "breakdown_png",
     "breakdown_pdf",
+    "utilization_png",
+    "utilization_pdf",
 )
 # `report.figures` names -> the figure keys they produce.
 FIGURES = {
     "accuracy": ("figure_png", "figure_pdf"),
     "time": ("time_png", "time_pdf"),
     "breakdown": ("breakdown_png", "breakdown_pdf"),
+    # a time budget's workers at T (analysis/utilization.py)
+    "utilization": ("utilization_png", "utilization_pdf"),
 }
 KINDS = ("table", "scaling")
 
@@ -219,7 +225,7 @@ def draw_figures(
         figures["figure_png"], figures["figure_pdf"] = accuracy_curves(
             frame, out_dir, name=FIGURE_NAME, rows=rows
         )
-    if not {"time", "breakdown"} & set(wanted):
+    if not {"time", "breakdown", "utilization"} & set(wanted):
         return figures
     missing = _first_missing(frame, [TIME])
     if missing is not None:
@@ -230,6 +236,13 @@ def draw_figures(
         figures["time_png"], figures["time_pdf"] = time_curves(
             frame, out_dir, name=TIME_FIGURE_NAME, y=metrics, rows=rows
         )
+    if "utilization" in wanted:
+        if "workers/busy_s" in frame.columns and frame["workers/busy_s"].notna().any():
+            figures["utilization_png"], figures["utilization_pdf"] = utilization(
+                frame, out_dir, name=UTILIZATION_FIGURE_NAME, rows=rows
+            )
+        else:
+            print("note: no run on a time budget, so no utilization figure", file=sys.stderr)
     if "breakdown" in wanted:
         missing = _first_missing(frame, BREAKDOWN_COLUMNS)
         if missing is None:

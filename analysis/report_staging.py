@@ -20,6 +20,7 @@ from experiments.errors import UserError
 FIGURE_NAME = "test_acc"
 TIME_FIGURE_NAME = "time"
 BREAKDOWN_FIGURE_NAME = "time_breakdown"
+UTILIZATION_FIGURE_NAME = "utilization"
 
 
 def report_files(name: str = "table") -> set[str]:
@@ -29,7 +30,7 @@ def report_files(name: str = "table") -> set[str]:
     tables = {f"{stem}{ext}" for stem in (name, "scaling") for ext in (".md", ".tex", ".csv")}
     figures = {
         f"{stem}{ext}"
-        for stem in (FIGURE_NAME, TIME_FIGURE_NAME, BREAKDOWN_FIGURE_NAME)
+        for stem in (FIGURE_NAME, TIME_FIGURE_NAME, BREAKDOWN_FIGURE_NAME, UTILIZATION_FIGURE_NAME)
         for ext in (".png", ".pdf")
     }
     return tables | figures | {"claims.md", "claims.json", RECORDS, "provenance.txt"}

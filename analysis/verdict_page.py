@@ -39,9 +39,11 @@ SOURCES: dict[str, tuple[str, str]] = {
     "overlap_ratio_far_below_sync": ("Overlap-Local-SGD", "fig. 4"),
     "powersgd_exposed_above_local_methods": ("Overlap-Local-SGD", "fig. 4"),
     "overlap_sooner_than_sync_and_local": ("Overlap-Local-SGD", "figs. 4, 5"),
+    "overlap_stragglers_do_not_wait": ("Overlap-Local-SGD", "sec. 3, stragglers"),
     "losp_beats_osp": ("LOSP", "accuracy"),
     "losp_sooner_than_osp": ("LOSP", "time to accuracy"),
     "osp_losp_faster_than_sync_under_heterogeneity": ("OSP / LOSP", "heterogeneous workers"),
+    "osp_losp_fast_workers_do_not_wait": ("OSP / LOSP", "fast workers' idle time"),
     "pseudo_sync_matches_sync": ("pseudo-synchronous SGD", "accuracy"),
     "pseudo_sync_faster_than_sync": ("pseudo-synchronous SGD", "speed"),
     "pseudo_sync_scales_better": ("pseudo-synchronous SGD", "weak scaling"),
@@ -72,8 +74,11 @@ NOT_TESTED: list[tuple[str, str, str, str]] = [
 # Each preset's setting, in a few words (its conf/experiment/<preset>.yaml says it in full).
 SETTINGS = {
     "controls": "4 workers; 1 Gbps modeled network (OSP/LOSP: ideal), equal workers",
-    "losp": "4 workers, one 3x slower; 1 Gbps modeled network; tau 1, 2, 4",
+    "losp": "4 workers, one 3x slower; 1 Gbps modeled network; tau 1, 2, 4; time budget",
+    "overlap_straggler": "4 workers, every step slowed at random (lognormal, sigma 0.5); "
+    "calibrated network; tau 2; time budget",
     "pseudo_sync": "2, 4, 8 workers (weak scaling); 1 Gbps modeled network",
+    "pseudo_sync_speed": "4 workers; 1 Gbps modeled network; time budget",
     "overlap_sync": "4 workers, IID and non-IID (35% one class); tau 1, 2; ideal network",
     "table1": "4 workers, IID; tau 1, 2, 4, 8",
     "table2": "4 workers, non-IID (35% one class); tau 1, 2, 4, 8",
@@ -86,7 +91,9 @@ SETTINGS = {
 COMMANDS = {
     "controls": "make controls",
     "losp": "make losp",
+    "overlap_straggler": "make overlap-straggler",
     "pseudo_sync": "make pseudo-sync",
+    "pseudo_sync_speed": "make pseudo-sync-speed",
     "overlap_sync": "make overlap-sync",
     "table1": "make table1",
     "table2": "make table2",
@@ -97,7 +104,14 @@ COMMANDS = {
 }
 
 
-VERDICT_PRESETS = ("controls", "losp", "pseudo_sync", "overlap_sync")
+VERDICT_PRESETS = (
+    "controls",
+    "losp",
+    "overlap_straggler",
+    "pseudo_sync",
+    "pseudo_sync_speed",
+    "overlap_sync",
+)
 
 
 def _command(preset: str, scale: str) -> str:

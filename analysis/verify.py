@@ -84,7 +84,9 @@ SAMPLE: dict[str, list[dict[str, Any]]] = {
     # the verdicts' presets (fmnist): one point each, the methods their claims are about
     "controls": [{"algorithm.name": "losp", "seed": 0}],
     "losp": [{"algorithm.name": "losp", "tau": 2, "seed": 0}],
+    "overlap_straggler": [{"algorithm.name": "overlap_local_sgd", "seed": 0}],
     "pseudo_sync": [{"algorithm.name": "pseudo_sync", "workers": 4, "seed": 0}],
+    "pseudo_sync_speed": [{"algorithm.name": "pseudo_sync", "seed": 0}],
     "overlap_sync": [{"algorithm.name": "overlap_local_sgd", "tau": 1, "seed": 0}],
 }
 # Overrides that say where or how a run is watched, not what it computes: replaced for a rerun.

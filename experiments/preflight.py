@@ -388,8 +388,9 @@ DEPENDENT_KEYS: tuple[tuple[str, Any, str], ...] = (
     ),
     (
         "compute.sigma",
-        lambda c: _slowdown(c) == "lognormal",
-        "compute.sigma applies to compute.slowdown=lognormal only (compute.slowdown="
+        lambda c: _slowdown(c) in ("lognormal", "lognormal_steps"),
+        "compute.sigma applies to compute.slowdown=lognormal or lognormal_steps only "
+        "(compute.slowdown="
         "{compute[slowdown]})",
     ),
     (

@@ -14,7 +14,7 @@ import pytest
 import torch
 
 from experiments.store.crossing import crossing_time, per_pass
-from experiments.training.budget import Timeline, TimeBudget
+from experiments.training.budget import TimeBudget, Timeline
 from experiments.training.clock import Compute, Network, VirtualClock
 from tests.cli import run_py_with_workers_here as run_py
 
@@ -32,7 +32,9 @@ def test_default_budget_is_the_slowest_workers_passes_and_points_an_eighth_of_on
     assert budget.every_s == pytest.approx(24 / 80)
     points = budget.points()
     assert len(points) == 80 and points[-1] == budget.time_s
-    assert points[0] == pytest.approx(0.3) and all(b > a for a, b in zip(points, points[1:]))
+    assert points[0] == pytest.approx(0.3) and all(
+        b > a for a, b in zip(points, points[1:], strict=False)
+    )
 
 
 def test_points_end_at_the_budget_when_the_interval_does_not_divide_it():

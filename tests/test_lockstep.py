@@ -132,6 +132,25 @@ def test_each_seed_in_lockstep_writes_the_record_it_writes_alone(tmp_path, name,
     ), "two seeds computed the same run"
 
 
+@pytest.mark.parametrize("name", ["sync_sgd", "local_sgd", "overlap_local_sgd"])
+def test_on_a_time_budget_seeds_with_the_same_clocks_train_in_lockstep(tmp_path, name):
+    """budget=time (experiments/training/budget.py): seeds whose workers' speeds do not depend
+    on the seed stop and score their points at the same steps, so they share one pass, each
+    record the one it writes alone; speeds drawn from the seed keep them apart."""
+    from experiments.workers import sim
+
+    budget = ("budget=time", "compute.straggler_prob=0", "dtype=float64", f"algorithm={name}")
+    seeds = {s: config(*budget, f"seed={s}") for s in (1, 2)}
+    assert sim.lockstep(seeds[1])
+    assert not sim.lockstep(config(*budget, "compute.straggler_prob=0.25"))
+    assert not sim.lockstep(config(*budget, "compute.slowdown=lognormal_steps"))
+    assert train([(seeds[1], tmp_path / "s1"), (seeds[2], tmp_path / "s2")]) == [False, False]
+    assert train([(seeds[2], tmp_path / "alone")]) == [False]
+    together, by_itself = record(tmp_path / "s2"), record(tmp_path / "alone")
+    assert together[0]["status"] == "completed" and together[0]["budget/points"] > 2
+    assert together == by_itself
+
+
 class FailingSteps:
     """`BatchedSteps` as one worker sees it, its `fail_at`-th batched step raising."""
 

@@ -484,15 +484,13 @@ with initialize_config_dir(config_dir=sys.argv[1], version_base="1.3"):
         pid = os.fork()
         if pid == 0:
             os.close(r)
-            start = time.perf_counter()
             try:
                 check_config(compose(config_name="config", overrides=overrides,
                                      return_hydra_config=True))
                 said = None
             except BaseException as e:
                 said = describe(e)
-            out = {"said": said, "s": time.perf_counter() - start,
-                   "heavy": sorted(m for m in HEAVY if m in sys.modules)}
+            out = {"said": said, "heavy": sorted(m for m in HEAVY if m in sys.modules)}
             os.write(w, json.dumps(out).encode())
             os._exit(0)
         os.close(w)
@@ -561,5 +559,4 @@ def test_a_bad_value_of_every_key_is_answered_without_torch_whatever_the_cluster
     for cluster, answer in answers.items():
         said = f"{key} under cluster={cluster}: {answer}"
         assert answer["said"] is not None and answer["said"].startswith(answer["expected"]), said
-        assert answer["heavy"] == [], said
-        assert answer["s"] < 1.0, said
+        assert answer["heavy"] == [], said  # the cause of a quick answer, not a time bound

@@ -638,6 +638,89 @@ def test_osp_losp_faster_than_sync_missing_data() -> None:
     )
 
 
+# --- osp_losp_fast_workers_do_not_wait, overlap_stragglers_do_not_wait --------------------------
+
+IDLE = "osp_losp_fast_workers_do_not_wait"
+STRAGGLERS = "overlap_stragglers_do_not_wait"
+
+
+def budget_frame(sides: dict[tuple, list[float]]) -> pd.DataFrame:
+    """{(algorithm, tau, cfg): per seed the fast workers' idle share} -> summaries of time-budget
+    runs: 4 workers, the last slow (3x busy time per step), its idle share 0.05."""
+    runs = []
+    for (algorithm, tau, config), shares in sides.items():
+        for seed, share in enumerate(shares):
+            run = dict(algorithm=algorithm, tau=tau, seed=seed, train=24.0, **dict(config))
+            run["summary.workers/idle_share"] = [share, share, share, 0.05]
+            run["summary.workers/busy_s"] = [24 * (1 - share)] * 3 + [22.8]
+            run["summary.workers/steps"] = [int(960 * (1 - share))] * 3 + [300]
+            run["summary.workers/samples"] = [32 * int(960 * (1 - share))] * 3 + [9600]
+            runs.append(run)
+    return runs_frame(*runs)
+
+
+def test_fast_workers_idle_less_holds_against_sync_for_osp_and_losp() -> None:
+    sync, osp = values("sync|idle", 0.66, 0.01, 0.01), values("osp|idle", 0.02, 0.01, 0.01)
+    losp = values("losp|idle", 0.03, 0.01, 0.01)
+    frame = budget_frame(
+        {("sync_sgd", 1, ONE_SLOW): sync, ("osp", 2, ONE_SLOW): osp, ("losp", 2, ONE_SLOW): losp}
+    )
+    result = verdict(IDLE, frame)
+    assert result.holds is True, result.details
+    by_method = {c.b: c for c in result.comparisons}
+    assert sorted(by_method) == ["losp", "osp"]
+    assert_paired(by_method["osp"], sync, osp)  # sync's share minus OSP's, paired by seed
+    assert_paired(by_method["losp"], sync, losp)
+
+
+def test_fast_workers_idle_less_does_not_hold_when_osp_waits_more() -> None:
+    sync, osp = values("sync|idle", 0.3, 0.01, 0.01), values("osp|idle", 0.6, 0.01, 0.01)
+    losp = values("losp|idle", 0.03, 0.01, 0.01)
+    frame = budget_frame(
+        {("sync_sgd", 1, ONE_SLOW): sync, ("osp", 2, ONE_SLOW): osp, ("losp", 2, ONE_SLOW): losp}
+    )
+    result = verdict(IDLE, frame)
+    assert result.holds is False
+    assert next(c for c in result.comparisons if c.b == "osp").holds is False
+
+
+def test_fast_workers_idle_less_needs_a_time_budget() -> None:
+    # the steps budget's summaries carry no per-worker accounts
+    frame = target_frame(
+        {("sync_sgd", 1, ONE_SLOW): [100.0, 101.0], ("osp", 2, ONE_SLOW): [60.0, 61.0]}
+    )
+    assert_undecided(
+        verdict(IDLE, frame),
+        "no completed run on a time budget (budget=time: the workers' idle time at T) with "
+        "heterogeneous workers",
+    )
+
+
+def test_fast_workers_are_every_worker_but_the_slowest_by_its_pace() -> None:
+    from analysis.claim_runs import per_run
+
+    frame = budget_frame({("osp", 2, ONE_SLOW): [0.1]})
+    frame["summary.workers/idle_share"] = [[0.1, 0.2, 0.3, 0.9]]  # the slow one waits most here
+    (row,) = per_run(frame).to_dict("records")
+    assert row["fast_idle"] == pytest.approx(0.2)  # ranks 0-2: rank 3 has the slowest pace
+    assert row["slow_samples"] == 9600 and row["fast_samples"] == 32 * 864
+
+
+def test_overlap_stragglers_idle_less_than_local_and_sync() -> None:
+    random = cfg({"slowdown": "lognormal_steps"})
+    sync, local = values("sync|s", 0.4, 0.01, 0.01), values("local|s", 0.25, 0.01, 0.01)
+    overlap = values("overlap|s", 0.05, 0.01, 0.01)
+    frame = budget_frame(
+        {("sync_sgd", 1, random): sync, ("local_sgd", 2, random): local,
+         ("overlap_local_sgd", 2, random): overlap}
+    )  # fmt: skip
+    result = verdict(STRAGGLERS, frame)
+    assert result.holds is True, result.details
+    by_rival = {c.a: c for c in result.comparisons}
+    assert sorted(by_rival) == ["local_sgd", "sync_sgd"]
+    assert_paired(by_rival["local_sgd"], local, overlap)
+
+
 # --- pseudo_sync_faster_than_sync ---------------------------------------------------------------
 
 PSEUDO_FASTER = "pseudo_sync_faster_than_sync"

@@ -79,11 +79,12 @@ class Compute:
     # before training, amortised over whole rounds and scaled as measured algorithm time x
     # step_time_s / measured step time (compute/algo_time_s in summary.json); 0 = not charged.
     algo_time_s: Any = MISSING
-    # Worker speeds: none | one_slow | half_slow | lognormal | [f_0, ..., f_{m-1}] (a step of
-    # worker i takes f_i times the step time).
+    # Worker speeds: none | one_slow | half_slow | lognormal (a factor per worker, drawn once)
+    # | lognormal_steps (a factor per step of every worker, drawn from seed, rank and step) |
+    # [f_0, ..., f_{m-1}] (a step of worker i takes f_i times the step time).
     slowdown: Any = MISSING
     factor: float = MISSING  # one_slow / half_slow: how many times slower
-    sigma: float = MISSING  # lognormal: standard deviation of log(slowdown)
+    sigma: float = MISSING  # lognormal, lognormal_steps: standard deviation of log(slowdown)
     straggler_prob: float = MISSING  # each step, with this probability, a worker's step takes ...
     straggler_factor: float = MISSING  # ... this many times longer
 

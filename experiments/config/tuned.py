@@ -3,7 +3,8 @@ setting: `make tune PRESET=<preset> SCALE=<scale>`, analysis/tune_preset.py) or 
 `conf/tuned/<scale>.yaml` (the demo's setting: `make tune SCALE=<scale>`, the same driver), read
 by the scale's
 `lr` through the `tuned_lr` resolver: a preset's runs (`experiment_name`) take their preset's
-file where it has one.
+file where it has one, or the file of the preset their `report.tuned_from` names (a preset of
+the same setting on another budget: pseudo_sync_speed takes pseudo_sync's).
 
 The papers compare each method at its own tuned learning rate (docs/tuning.md): a method run
 at another's rate can look broken. A scale whose file exists gives every algorithm the base LR
@@ -97,7 +98,9 @@ def tuned_entry(scale: str, preset: str | None, algorithm: str) -> tuple[float, 
 def tuned_lr(default: float, *, _root_: Any) -> float:
     """The base LR chosen for the run's algorithm: in its preset's file at the run's scale, else
     in the scale's file, else `default`."""
-    preset = _root_.get("experiment_name")
+    report = _root_.get("report") or {}
+    # a preset may take another's rates (`report.tuned_from`: the same setting, another budget)
+    preset = report.get("tuned_from") or _root_.get("experiment_name")
     found = tuned_entry(
         str(_root_.scale.name), str(preset) if preset else None, str(_root_.algorithm.name)
     )

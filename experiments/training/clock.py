@@ -12,7 +12,9 @@ Cost of a collective of n payload bytes among m workers (timing.md):
 with alpha = `network.latency_s` and B = `network.bandwidth_gbps` (1e9 bit/s units).
 
 Worker speed: a local step takes `compute.step_time_s` times this worker's factor f_i(t): its
-slowdown (`compute.slowdown`: none, one_slow, half_slow, lognormal or an explicit list) times
+slowdown (`compute.slowdown`: none, one_slow, half_slow, lognormal (one factor per worker),
+lognormal_steps (one per step: exp(N(0, sigma^2)) for every step of every worker, the random
+per-step slowdown of the straggler literature), or an explicit list) times
 `compute.straggler_factor` with probability `compute.straggler_prob`. Every random draw comes
 from a generator seeded by (seed, rank, step) or (seed, "slowdown"): the same run gives the same
 times.
@@ -60,7 +62,7 @@ import numpy as np
 if TYPE_CHECKING:
     from experiments.config import schema
 
-SLOWDOWN_PATTERNS = ("none", "one_slow", "half_slow", "lognormal")
+SLOWDOWN_PATTERNS = ("none", "one_slow", "half_slow", "lognormal", "lognormal_steps")
 TOPOLOGIES = ("allreduce", "ps")
 
 
@@ -142,6 +144,8 @@ def slowdown_factors(
     elif pattern == "lognormal":  # exp(N(0, sigma^2)), drawn once per run
         rng = np.random.default_rng([seed, 0x510D])
         factors = np.exp(rng.normal(0.0, sigma, size=m)).tolist()
+    elif pattern == "lognormal_steps":  # every worker at the reference speed on average ...
+        factors = [1.0] * m  # ... each step drawn on its own (Compute.step_sigma)
     else:
         raise ValueError(
             f"compute.slowdown must be one of {', '.join(SLOWDOWN_PATTERNS)} or a list, "
@@ -186,6 +190,9 @@ class Compute:
     # The algorithm's own work per local step on the virtual clock; None = measured (the
     # calibration). 0: not charged.
     algo_time_s: float | None = 0.0
+    # slowdown=lognormal_steps: each step of each worker takes exp(N(0, step_sigma^2)) times
+    # longer, drawn from (seed, rank, step): no worker is slow for long, any may straggle
+    step_sigma: float = 0.0
 
     @classmethod
     def from_config(cls, node: schema.Compute, m: int, seed: int) -> Compute:
@@ -206,12 +213,17 @@ class Compute:
             sigma=float(node.sigma),
             seed=seed,
         )
-        return cls(step_time, tuple(factors), prob, straggler, seed, algo_time)
+        step_sigma = float(node.sigma) if node.slowdown == "lognormal_steps" else 0.0
+        return cls(step_time, tuple(factors), prob, straggler, seed, algo_time, step_sigma)
 
     def scaled(self, seconds: float, rank: int, step: int) -> float:
         """`seconds` of reference work as `rank` does it at step `step`: times its slowdown, and
         times the straggler factor when this step's draw makes it a straggler."""
         t = seconds * self.slowdown[rank]
+        if self.step_sigma > 0:
+            t *= math.exp(
+                np.random.default_rng([self.seed, rank, step, 0x57E9]).normal(0.0, self.step_sigma)
+            )
         if self.straggler_prob > 0:
             draw = np.random.default_rng([self.seed, rank, step]).random()
             if draw < self.straggler_prob:
@@ -317,8 +329,10 @@ class VirtualClock:
         when its compute time is each step's measured time (known only once it ran)."""
         if self.compute.step_time_s is None:
             return None
-        return self._t + self.compute.step_time(self.rank, step, 0.0) + self.compute.algo_time(
-            self.rank, step
+        return (
+            self._t
+            + self.compute.step_time(self.rank, step, 0.0)
+            + self.compute.algo_time(self.rank, step)
         )
 
     def local_step(self, step: int, measured_s: float) -> float:

@@ -131,11 +131,19 @@ def lockstep(cfg: dict[str, Any], device: torch.device | None = None) -> bool:
 
     if not cfg["cluster"].get("in_process"):
         return False
-    if (cfg.get("budget") or {}).get("name") == "time":
-        # each run stops at its own step and scores its points at its own steps
-        # (experiments/training/budget.py): its seeds cannot share one batched pass
+    if (cfg.get("budget") or {}).get("name") == "time" and speeds_vary_by_seed(cfg):
+        # on a time budget a run stops, and scores its points, at the steps its clocks say
+        # (experiments/training/budget.py): seeds whose clocks differ cannot share one pass
         return False
     return wanted(cfg, REGISTRY[cfg["algorithm"]["name"]], device or device_of(cfg))
+
+
+def speeds_vary_by_seed(cfg: dict[str, Any]) -> bool:
+    """Whether the workers' modeled speeds are drawn from the seed (lognormal factors, per-step
+    draws, stragglers), so that runs of one config with other seeds keep other clocks."""
+    compute = cfg["compute"]
+    drawn = compute["slowdown"] in ("lognormal", "lognormal_steps")
+    return drawn or float(compute["straggler_prob"]) > 0
 
 
 def run_lockstep(
