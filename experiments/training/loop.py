@@ -145,6 +145,7 @@ def train(
     """Run the whole training (or the rest of it, from `checkpointing.resume`); return the
     numbers for summary.json (same on every rank). Status `interrupted` when the workers
     stopped on a request, after a checkpoint."""
+    started = time.perf_counter()
     model, optimizer, ledger = algo.model, algo.optimizer, comm.ledger
     step_pass = settings.forward_backward or forward_backward
     update = settings.optimizer_step or optimizer_step
@@ -442,6 +443,8 @@ def train(
             # at T, not where the workers stopped (past T: not scored)
             **{k: v for k, v in row.items() if k.startswith(("time/", "comm/", "workers/"))},
             "time/eval_s": times.eval_s + timeline.copy_s,
+            # real seconds of this process's loop, evaluation included: the evaluation's share
+            "time/wall_s": time.perf_counter() - started,
             "budget/time_s": timeline.budget.time_s,
             "budget/eval_every_s": timeline.budget.every_s,
             "budget/points": timeline.scored,
