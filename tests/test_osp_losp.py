@@ -377,3 +377,51 @@ def test_finish_drain_consensus_bytes_and_round_trip_with_uneven_windows():
         assert keys == sorted((*OSP.state, "inflight"))
         for a, b in zip(original, resumed, strict=True):
             assert torch.equal(a, b)
+
+
+# ------------------------------------------------- the time budget's w as it stood at t (model_at)
+
+
+def _model_at_case(rank: int, world_size: int):
+    """x_0 = 0, loss g * x, SGD eta 0.25, tau 1; rank 1 three times slower (steps of 0.25 and
+    0.75 s) and a push taking 0.1 s: the first round's aggregate completes at 0.75 + 0.1.
+    Rank 0 asks for w at 0.8 and 0.9 right after its first step (its clock at 0.25), long
+    before it receives anything."""
+    from experiments.training.clock import Compute, Network, VirtualClock
+
+    model = _Scalar()
+    opt = torch.optim.SGD(model.parameters(), lr=0.25)
+    clock = VirtualClock(rank, Network(latency_s=0.05), Compute(step_time_s=0.25, slowdown=(1, 3)))
+    comm = Comm(clock=clock)
+    algo = OSP(model, opt, comm, OSP.Config(max_overlap_steps=8), tau=1)
+    g = (1.0, 3.0)[rank]
+    seen = {}
+    for t in range(3 if rank == 0 else 1):
+        opt.zero_grad()
+        (g * model.p).sum().backward()
+        clock.local_step(t, 0.0)
+        opt.step()
+        algo.after_step(t)
+        if rank == 0 and t == 0:
+            exposed, now = comm.ledger.exposed_s, clock.now()
+            seen = {
+                "at_0.8": algo.model_at(0.8).p.item(),
+                "at_0.9": algo.model_at(0.9).p.item(),
+                "w": algo.global_model[0].item(),
+                "untouched": (algo.pending is not None, comm.ledger.exposed_s == exposed,
+                              clock.now() == now),
+            }  # fmt: skip
+    algo.finish()
+    return seen, algo.global_model[0].item()
+
+
+@pytest.mark.dist
+def test_model_at_t_holds_every_aggregate_completed_by_t_received_or_not():
+    from tests.workers import run_workers
+
+    (seen, final), _ = run_workers(_model_at_case, 2)
+    # pushed: A = 0.25 (rank 0) and 0.75 (rank 1), mean 0.5: w_1 = -0.5, complete at 0.85
+    assert seen["w"] == 0.0  # not received yet on rank 0 (its clock is at 0.25)
+    assert seen["at_0.8"] == 0.0 and seen["at_0.9"] == -0.5
+    assert seen["untouched"] == (True, True, True)  # nothing waited, nothing accounted
+    assert final < -0.5  # finish() received it, then pushed the windows' progress
