@@ -206,6 +206,18 @@ def train(
             state["timeline"] = timeline.state_dict()
         ckpt.save(state, pos.step, pos.epoch, reason)
 
+    def at_rest(epoch: int) -> bool:
+        """Every worker at rest after `epoch` (no collective in flight that a checkpoint
+        cannot hold): a periodic checkpoint when due, and the workers' agreement on a stop
+        request, answered with a checkpoint. Returns whether they stop."""
+        stop = ckpt.stopper.agree(pos.step)
+        periodic = ckpt.every > 0 and (epoch + 1) % ckpt.every == 0
+        if stop or periodic:
+            pos.epoch, pos.batch_in_epoch = epoch + 1, 0
+            pos.epoch_rng = _generator_state(train_loader)
+            checkpoint("stop request" if stop else "periodic")
+        return stop
+
     def log(row: dict) -> None:
         pos.row = row
         pos.best_acc = max(pos.best_acc, row["test/acc"])
@@ -314,15 +326,7 @@ def train(
             if math.isfinite(diverged_at):
                 status, diverged = "diverged", True
                 break
-            if ckpt is None:
-                continue
-            stop = ckpt.stopper.agree(pos.step)
-            periodic = ckpt.every > 0 and (epoch + 1) % ckpt.every == 0
-            if stop or periodic:
-                pos.epoch, pos.batch_in_epoch = epoch + 1, 0
-                pos.epoch_rng = _generator_state(train_loader)
-                checkpoint("stop request" if stop else "periodic")
-            if stop:
+            if ckpt is not None and at_rest(epoch):
                 status = "interrupted"
                 break
             continue
@@ -412,13 +416,7 @@ def train(
             continue
         # Every worker is at rest here: the place for periodic checkpoints, and where OSP/LOSP
         # (no safe step between two drains) answer a stop request.
-        stop = ckpt.stopper.agree(pos.step)
-        periodic = ckpt.every > 0 and (epoch + 1) % ckpt.every == 0
-        if stop or periodic:
-            pos.epoch, pos.batch_in_epoch = epoch + 1, 0
-            pos.epoch_rng = _generator_state(train_loader)
-            checkpoint("stop request" if stop else "periodic")
-        if stop:
+        if at_rest(epoch):
             status = "interrupted"
             break
 
