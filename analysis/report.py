@@ -26,7 +26,8 @@ footnote naming it (adding, not refusing: the report still shows every result, a
 `<NAME>.md`, `.tex`, `.csv` (and `scaling.*` for `report.kind: scaling`), `runs.jsonl.gz` (the
 records of its runs, from which `make recompute` rebuilds the rest: analysis/records.py), the
 figures named in `report.figures` (accuracy, time, breakdown, utilization:
-analysis/report_figures.py), `claims.md` (the checks named in `report.claims`, each with n, a confidence interval and its test: `analysis.claims`) and
+analysis/report_figures.py), `claims.md` (the checks named in `report.claims`, each with n, a
+confidence interval and its test: `analysis.claims`) and
 `provenance.txt` (the command, paths relative to the checkout or `$OUT`; the git commit, the
 date, torch's version and the device of the runs, their commits, their platform fingerprints),
 then prints the table, the claims and the paths. Each row says how many of its runs converged
