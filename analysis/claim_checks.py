@@ -218,7 +218,7 @@ def fast_workers_busier(cell: Cell, waits: str, busy: str) -> tuple[bool | None,
     """`busy`'s fast workers idle for a smaller share of the budget than `waits`'s: `waits`'s
     share minus `busy`'s above 0, paired by seed."""
     c = compare(waits, cell.values(waits, "fast_idle"), busy, cell.values(busy, "fast_idle"))
-    return c.holds, c.verdict_text("share")
+    return c.holds, c.verdict_text()
 
 
 def far_below(cell: Cell, sync: str, overlap: str) -> tuple[bool | None, str]:

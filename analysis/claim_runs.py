@@ -40,7 +40,8 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
     the report's target accuracy: the column `metrics.reached_target` that
     `analysis.report` adds) and `time_to_target` (`metrics.time_to_target_s`, the training
     time at which it crossed), all NaN unless completed; `fast_idle`, `fast_samples`,
-    `slow_samples` (a time budget's workers at T: `_utilization`); `converged`
+    `slow_samples` (a time budget's workers at T: `_utilization`), `time_budget` (run on
+    `budget=time`); `converged`
     (`metrics.converged`, `analysis.convergence`; None when not known, and for a diverged
     run: its divergence decides)."""
     frame = summaries.drop_duplicates("run_dir") if "run_dir" in summaries.columns else summaries
@@ -121,6 +122,7 @@ def per_run(summaries: pd.DataFrame) -> pd.DataFrame:
             "converged": converged.map(_flag).where(completed, None),
             "time_to_target": number("metrics.time_to_target_s").where(completed),
             **_utilization(frame, completed),
+            "time_budget": text("budget.name").eq("time"),
         }
     )
     return _one_per_seed(out).reset_index(drop=True)
@@ -202,12 +204,17 @@ class Cell:
         """The method's values of `column` here, with their seeds (`Side`); for an accuracy or
         a time to it, marked with the runs that did not converge, so that a comparison of them
         cannot tell, unless the claim is about a fixed step budget (`at_budget`: what the
-        runs reach in the steps they were given, converged or not)."""
+        runs reach in the steps they were given, converged or not) or the runs are on a time
+        budget (`budget=time`: every method is compared at the same virtual time T, which is
+        the comparison the straggler claims make; a run still improving at T is what it is at
+        T)."""
         mine = self.runs[self.runs["method"] == method]
         known = mine[mine[column].notna()]
         values, seeds = known[column].to_numpy(float), known["seed"].to_numpy(float)
         seeds = None if np.isnan(seeds).any() else seeds
-        if column not in CONVERGENCE_BOUND or at_budget:
+        # on a time budget every claim is at a budget: what the runs reach in the same time
+        timed = bool(len(mine)) and bool(mine["time_budget"].all())
+        if column not in CONVERGENCE_BOUND or at_budget or timed:
             return Side.of(values, method, seeds=seeds, column=column)
         flags = mine["converged"].dropna().astype(bool)
         return Side.of(values, method, int((~flags).sum()), len(flags), seeds, column)

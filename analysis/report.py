@@ -167,7 +167,10 @@ def _report(
     table = final_accuracy_table(summaries, rows=split.rows, extra=extra)
     table.attrs["note"] = split.note()
     table_md, table_csv = write_table(table, out_dir, name)
-    figures = draw_figures(frame, out_dir, tuple(FIGURES), rows=split.rows)
+    # every figure the runs can give: the utilization figure for time-budget runs only
+    timed = "workers/busy_s" in frame.columns and frame["workers/busy_s"].notna().any()
+    wanted = tuple(f for f in FIGURES if f != "utilization" or timed)
+    figures = draw_figures(frame, out_dir, wanted, rows=split.rows)
     records, _ = write_records(list(summaries["run_dir"]), roots, out_dir)
     return {
         "table": table,

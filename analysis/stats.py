@@ -69,6 +69,7 @@ MODELED = frozenset(
         "bytes_per_step",
         "train_s",
         "efficiency",
+        "fast_idle",  # a time budget's fast workers' idle share (analysis/claim_runs.py)
     }
 )
 
@@ -683,6 +684,7 @@ def _n_needed(sd: float, margin: float, n: int, tost: bool = False) -> int | Non
 
 UNITS = {"acc": "acc", "ratio": "ratio", "efficiency": "ratio", "peak": "bytes"}
 UNITS["bytes_per_step"] = "bytes"
+UNITS["fast_idle"] = "ratio"  # a share of the budget, shown in percent
 
 
 def _unit(a: Sequence[float], b: Sequence[float]) -> str:

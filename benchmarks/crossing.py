@@ -36,7 +36,7 @@ SETTING = [
     "experiment=losp", "scale=fmnist", "cluster=sim", "tau=2", "compute.slowdown=one_slow",
     "wandb.mode=disabled", "progress=false",
 ]  # fmt: skip
-CASES = [("osp", 0), ("osp", 1), ("losp", 0), ("losp", 1), ("sync_sgd", 0), ("sync_sgd", 1)]
+CASES = [("osp", 0), ("osp", 1), ("losp", 0), ("sync_sgd", 0)]
 
 
 def dense_run(out: Path, algorithm: str, seed: int, every: float) -> list[dict]:

@@ -174,7 +174,7 @@ def test_crossing_estimator_on_a_curve_whose_crossing_is_known():
     assert abs(crossing_time(times, noisy, target, interpolate=True) - truth) < every
 
 
-def test_per_pass_keeps_one_point_a_pass_with_its_mean_loss():
+def test_per_pass_keeps_one_point_a_pass_with_its_means():
     rows = [
         {"time/train_s": 0.5 * k, "test/acc": 0.1 * k, "train/loss": float(k), "test/images": 9}
         for k in range(1, 9)
@@ -182,6 +182,7 @@ def test_per_pass_keeps_one_point_a_pass_with_its_mean_loss():
     kept = per_pass(rows, epochs=2)
     assert [r["time/train_s"] for r in kept] == [2.0, 4.0]
     assert [r["train/loss"] for r in kept] == [2.5, 6.5]
+    assert [r["test/acc"] for r in kept] == pytest.approx([0.25, 0.65])  # the pass's means
     steps = [{"time/train_s": 1.0, "test/acc": 0.5, "train/loss": 1.0}]
     assert per_pass(steps, epochs=2) == steps  # the steps budget's rows as they are
 

@@ -1280,7 +1280,7 @@ def test_plain_cli_still_works(tmp_path: Path, capsys) -> None:
     assert main([str(RUNS / "demo"), "--out", str(tmp_path / "o")]) == 0
     stdout = capsys.readouterr().out
     assert stdout.startswith("| algorithm") and str(tmp_path / "o" / "test_acc.png") in stdout
-    assert set(FIGURES) == {"accuracy", "time", "breakdown"}
+    assert set(FIGURES) == {"accuracy", "time", "breakdown", "utilization"}
 
 
 # --- the lead's presets ---------------------------------------------------------------------------

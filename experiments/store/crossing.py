@@ -16,8 +16,8 @@ accuracy first reached the target.
   crossed it at its first point.
 
 `per_pass` gives the convergence rule (convergence.py) a time budget's points as it reads the
-steps budget's evaluations: one row per pass of the schedule (T / epochs), the training loss
-averaged over the points it stands for.
+steps budget's evaluations: one row per pass of the schedule (T / epochs), the training loss and
+the test accuracy averaged over the points it stands for.
 """
 
 from __future__ import annotations
@@ -53,20 +53,25 @@ def on_time_budget(rows: Sequence[dict[str, Any]]) -> bool:
 
 def per_pass(rows: Sequence[dict[str, Any]], epochs: int) -> list[dict[str, Any]]:
     """A time budget's rows (in time order) thinned to the first at or past each pass boundary
-    k x T / epochs (T: the last row's time), each with the mean training loss of the rows since
-    the one kept before it; other rows as they are."""
+    k x T / epochs (T: the last row's time), each with the mean training loss and the mean test
+    accuracy of the rows since the one kept before it (itself included); other rows as they
+    are. The means: a point before T is scored on a subset of the test images (500 by default:
+    a standard error of about 0.02 at 0.8), too noisy a curve for the plateau rule point by
+    point; a pass's mean is as steady as the steps budget's one evaluation a pass."""
     if not rows or not on_time_budget(rows) or epochs < 1:
         return list(rows)
     budget = float(rows[-1]["time/train_s"])
-    kept, losses, k = [], [], 1
+    kept, k = [], 1
+    since: dict[str, list[float]] = {"train/loss": [], "test/acc": []}
     for row in rows:
-        loss = row.get("train/loss")
-        if isinstance(loss, int | float):
-            losses.append(float(loss))
+        for key, values in since.items():
+            value = row.get(key)
+            if isinstance(value, int | float) and math.isfinite(value):
+                values.append(float(value))
         if float(row["time/train_s"]) >= k * budget / epochs - 1e-9 * budget:
-            mean = sum(losses) / len(losses) if losses else math.nan
-            kept.append({**row, "train/loss": mean})
-            losses = []
+            means = {key: sum(v) / len(v) if v else math.nan for key, v in since.items()}
+            kept.append({**row, **means})
+            since = {key: [] for key in since}
             while k <= epochs and float(row["time/train_s"]) >= k * budget / epochs - 1e-9 * budget:
                 k += 1
     return kept
