@@ -96,7 +96,8 @@ def utilization_figure(frame: pd.DataFrame, rows: Sequence[str] | None = None) -
     table = utilization_table(frame, rows)
     labels, positions = [], []
     with _paper_style():
-        fig = Figure(figsize=(COLUMN_WIDTH_IN, 0.34 * len(table) + 1.2), layout="constrained")
+        # one and a half columns: the series' labels and the samples beside the bars
+        fig = Figure(figsize=(1.5 * COLUMN_WIDTH_IN, 0.34 * len(table) + 1.3), layout="constrained")
         ax = fig.subplots()
         for i, (_, row) in enumerate(table.iterrows()):
             for k, who in enumerate(("fast", "slow")):
@@ -118,7 +119,7 @@ def utilization_figure(frame: pd.DataFrame, rows: Sequence[str] | None = None) -
                 positions.append(y)
         ax.set_yticks(positions, labels=labels)
         ax.set_ylim(max(positions) + 0.7, -0.7)
-        ax.set_xlim(0, 1.45)
+        ax.set_xlim(0, 1.32)
         ax.set_xticks([0, 0.25, 0.5, 0.75, 1.0])
         ax.set_xlabel("share of the time budget (virtual clock)")
         ax.grid(axis="x", alpha=0.3, lw=0.4)
