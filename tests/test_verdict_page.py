@@ -5,6 +5,7 @@ analysis.claims.write_claims from claims checked on small frames, never by hand.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import shutil
 from pathlib import Path
@@ -158,6 +159,25 @@ def test_the_page_names_what_is_not_tested_and_counts_the_verdicts(results: Path
     assert lines[-1] == (
         "Verdicts: cannot tell 1, does not hold 1, holds 3, holds (by the model) 1."
     )
+
+
+def test_a_claim_measured_again_by_a_better_preset_is_listed_apart_and_not_counted(
+    tmp_path: Path, claims
+) -> None:
+    # pseudo_sync's speed claim (once a pass) beside pseudo_sync_speed's (a time budget)
+    root = tmp_path / "results"
+    speed = claims["controls/cpu"][2]  # any claim result, renamed below
+    for folder in ("pseudo_sync/fmnist", "pseudo_sync_speed/fmnist"):
+        result = dataclasses.replace(speed, name="pseudo_sync_faster_than_sync")
+        write_claims([result], root / folder, title=folder)
+    assert main(["--results", str(root)]) == 0
+    text = (root / "README.md").read_text()
+    (row,) = table_rows(text)
+    assert row[2].startswith("[pseudo_sync_speed]")
+    apart = text.split("Measured again on a better design", 1)[1].split("Not tested", 1)[0]
+    assert "- pseudo_sync_faster_than_sync in [pseudo_sync](pseudo_sync/fmnist/claims.md)" in apart
+    assert "now [pseudo_sync_speed](pseudo_sync_speed/fmnist/claims.md)" in apart
+    assert text.splitlines()[-1] == "Verdicts: holds 1."
 
 
 def test_the_default_out_is_the_results_readme(results: Path) -> None:
