@@ -10,6 +10,7 @@ import json
 import math
 from types import SimpleNamespace
 
+import numpy as np
 import pytest
 import torch
 
@@ -172,6 +173,21 @@ def test_crossing_estimator_on_a_curve_whose_crossing_is_known():
         assert 0 <= first - truth < every
     noisy = [a + (0.01 if k % 2 else -0.01) for k, a in enumerate(accs)]
     assert abs(crossing_time(times, noisy, target, interpolate=True) - truth) < every
+
+
+def test_on_a_noisy_curve_the_crossing_does_not_depend_on_how_often_it_was_scored():
+    # points scored on a subset of the test images are noisy (sd 0.02 here): a dense curve
+    # touches the target by chance early; its monotone fit does not, so every sixth point
+    # gives about the crossing the dense curve gives, both near the truth
+    truth = math.log(6.0)
+    for seed in range(8):
+        rng = np.random.default_rng(seed)
+        times = [0.05 * k for k in range(1, 200)]
+        accs = [0.9 * (1 - math.exp(-t)) + rng.normal(0, 0.02) for t in times]
+        dense = crossing_time(times, accs, 0.75, interpolate=True)
+        sparse = crossing_time(times[5::6], accs[5::6], 0.75, interpolate=True)
+        assert abs(dense - truth) < 0.15 and abs(sparse - truth) < 0.15, seed
+        assert abs(dense - sparse) < 0.2, seed
 
 
 def test_per_pass_keeps_one_point_a_pass_with_its_means():
