@@ -116,15 +116,17 @@ def main(argv: list[str] | None = None) -> int:
             f"(largest {max(map(abs, errors_interp)):.3f} s and "
             f"{max(map(abs, errors_first)):.3f} s).",
         ]
-    shares = eval_shares(args.runs)
-    if shares:
-        values = [s for _, s, _ in shares]
+    for root in args.runs:
+        shares = eval_shares([root])
+        if not shares:
+            continue
+        values = [s / (1 - s) for _, s, _ in shares]  # evaluation over training
+        points = sorted({p for _, _, p in shares})
         lines += [
             "",
-            f"Evaluation's share of a run's real time (copies and scoring over the loop), "
-            f"{len(shares)} time-budget runs under {', '.join(str(r) for r in args.runs)}: "
-            f"median {statistics.median(values):.1%}, range {min(values):.1%}-{max(values):.1%}, "
-            f"{shares[0][2]} points a run.",
+            f"{root}: evaluation (copies and scoring) over training, real time, {len(shares)} "
+            f"runs, {'-'.join(str(p) for p in (points[0], points[-1]) if p)} points a run: "
+            f"median {statistics.median(values):.1%}, range {min(values):.1%}-{max(values):.1%}.",
         ]
     text = "\n".join(lines) + "\n"
     print(text)
