@@ -203,6 +203,31 @@ def test_the_tolerance_is_the_rows_seed_spread() -> None:
     assert tol == verify.MIN_TOLERANCE and "no spread" in how
 
 
+def test_a_time_budget_rerun_with_another_algorithm_time_may_make_other_steps() -> None:
+    def rec(seed, acc, steps, algo, budget=12.0):
+        config = {"algorithm": {"name": "osp"}, "tau": 2, "seed": seed, "out_root": "x"}
+        summary = {"status": "completed", "final/test_acc": acc, "steps": steps,
+                   "comm/bytes": 10 * steps, "compute/algo_time_s": algo,
+                   "compute/step_time_s": 0.025, "budget/time_s": budget,
+                   "platform": {"key": "a"}}  # fmt: skip
+        return {"run": f"s{seed}", "config": config, "summary": summary, "metrics": []}
+
+    records = [rec(0, 0.80, 451, 2e-6), rec(1, 0.82, 455, 2e-6), rec(2, 0.84, 460, 2e-6)]
+    other = {
+        **rec(0, 0.81, 469, 3e-6),
+        "summary": {**rec(0, 0.81, 469, 3e-6)["summary"], "platform": {"key": "b"}},
+    }  # fmnist-like
+    ok, line = verify.compare_point(records[0], other, records)
+    assert ok and line.startswith("within tolerance")  # steps and bytes follow the clock
+    same_clock = {**other, "summary": {**other["summary"], "compute/algo_time_s": 2e-6}}
+    assert verify.compare_point(records[0], same_clock, records) == (
+        False,
+        "steps 469, committed 451",
+    )  # the same clock: the same steps, or it is not the same run
+    steps_budget = {**records[0], "summary": {**records[0]["summary"], "budget/time_s": None}}
+    assert not verify.compare_point(steps_budget, other, records)[0]
+
+
 def test_a_rerun_keeps_the_points_overrides_and_nothing_of_the_machine(tmp_path: Path) -> None:
     overrides = ["experiment=demo", "seed=1", "out_root=$OUT", "wandb.mode=offline",
                  "progress=false", "+hydra.job.chdir=false", "algorithm=losp"]  # fmt: skip
