@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from types import SimpleNamespace
 
 import numpy as np
@@ -55,6 +56,25 @@ def test_the_lr_clock_is_the_fraction_of_the_budget():
 def test_a_budget_that_cannot_be_refuses(bad):
     with pytest.raises(ValueError):
         TimeBudget.of(node(**bad), 1, 1, Compute(step_time_s=0.1, slowdown=(1.0,)))
+
+
+@pytest.mark.parametrize(
+    "overrides, said",
+    [
+        (("timing=real",), "budget=time needs timing=virtual"),
+        (("algorithm=osp", "checkpoint_every=1"), "checkpoint_every=1 with budget=time: osp's"),
+        (("budget.time_s=-1",), "budget.time_s must be null or a positive number"),
+        (("budget.eval_images=0",), "budget.eval_images must be null (every test image)"),
+    ],
+)
+def test_a_time_budget_it_cannot_run_is_refused_before_any_work(overrides, said):
+    from experiments.checks.values import validate
+    from experiments.errors import UserError
+    from tests.compose import resolved
+
+    validate(resolved("budget=time"))  # the option alone: the virtual clock, every default
+    with pytest.raises(UserError, match=f"^{re.escape(said)}"):
+        validate(resolved("budget=time", *overrides))
 
 
 # --- the clock's accounts and the copies at the points (unit) --------------------------------

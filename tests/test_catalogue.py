@@ -1879,7 +1879,7 @@ add(
     K(
         "sigma-without-lognormal",
         "timing=virtual compute.slowdown=one_slow compute.sigma=1",
-        r"^error: compute.sigma applies to compute.slowdown=lognormal only",
+        r"^error: compute.sigma applies to compute.slowdown=lognormal or lognormal_steps only",
     ),
     K(
         "straggler-factor-without-stragglers",
