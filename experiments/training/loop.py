@@ -427,39 +427,34 @@ def train(
     if ckpt is not None:
         ckpt.stopper.close()
     row = pos.row  # the last evaluation's metrics (none when no evaluation ran)
-    if timeline is not None:
-        return {
-            "status": status,
-            "final/test_acc": row.get("test/acc"),
-            "final/test_acc_local": row.get("test/acc_local"),
-            "best/test_acc": pos.best_acc,
-            "final/train_loss": row.get("train/loss"),
-            "steps": pos.step,
-            "diverged_at_step": int(diverged_at) if math.isfinite(diverged_at) else None,
-            "epochs": row.get("epoch"),
-            **time_ledger(times, ledger),
-            # at T, not where the workers stopped (past T: not scored)
-            **{k: v for k, v in row.items() if k.startswith(("time/", "comm/", "workers/"))},
-            "time/eval_s": times.eval_s + timeline.copy_s,
-            # real seconds of this process's loop, evaluation included: the evaluation's share
-            "time/wall_s": time.perf_counter() - started,
-            "budget/time_s": timeline.budget.time_s,
-            "budget/eval_every_s": timeline.budget.every_s,
-            "budget/points": timeline.scored,
-            **calibrated,
-        }
-    return {
+    summary = {
         "status": status,
         "final/test_acc": row.get("test/acc"),
         "final/test_acc_local": row.get("test/acc_local"),
         "best/test_acc": pos.best_acc,
         "final/train_loss": row.get("train/loss"),
         "steps": pos.step,
-        "diverged_at_step": int(diverged_at) if status == "diverged" and diverged else None,
+        "diverged_at_step": int(diverged_at)
+        if status == "diverged" and math.isfinite(diverged_at)
+        else None,
         "epochs": row.get("epoch"),
         **time_ledger(times, ledger),
         **calibrated,
     }
+    if timeline is not None:
+        summary.update(
+            {
+                # at T, not where the workers stopped (past T: not scored)
+                **{k: v for k, v in row.items() if k.startswith(("time/", "comm/", "workers/"))},
+                "time/eval_s": times.eval_s + timeline.copy_s,
+                # real seconds of this process's loop, evaluation included: its share
+                "time/wall_s": time.perf_counter() - started,
+                "budget/time_s": timeline.budget.time_s,
+                "budget/eval_every_s": timeline.budget.every_s,
+                "budget/points": timeline.scored,
+            }
+        )
+    return summary
 
 
 def _finish_budget(timeline, scorer, algo, comm, losses, times, log) -> tuple[str, float]:
