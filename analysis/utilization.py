@@ -99,7 +99,7 @@ def utilization_figure(frame: pd.DataFrame, rows: Sequence[str] | None = None) -
         # one and a half columns: the series' labels and the samples beside the bars
         fig = Figure(figsize=(1.5 * COLUMN_WIDTH_IN, 0.34 * len(table) + 1.3), layout="constrained")
         ax = fig.subplots()
-        for i, (_, row) in enumerate(table.iterrows()):
+        for i, (label, row) in enumerate(table.iterrows()):  # the tables' label: tau too
             for k, who in enumerate(("fast", "slow")):
                 y = 2.4 * i + k
                 left = 0.0
@@ -115,7 +115,7 @@ def utilization_figure(frame: pd.DataFrame, rows: Sequence[str] | None = None) -
                     va="center",
                     fontsize=6.5,
                 )
-                labels.append(f"{row['_series']}: {'fast workers' if who == 'fast' else 'slowest'}")
+                labels.append(f"{label}: {'fast workers' if who == 'fast' else 'slowest'}")
                 positions.append(y)
         ax.set_yticks(positions, labels=labels)
         ax.set_ylim(max(positions) + 0.7, -0.7)
