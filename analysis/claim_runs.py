@@ -146,9 +146,7 @@ def _utilization(frame: pd.DataFrame, completed: pd.Series) -> dict[str, pd.Seri
             fast_samples.append(math.nan)
             slow_samples.append(math.nan)
             continue
-        pace = [b / s if s > 0 else math.inf for b, s in zip(busy, steps, strict=True)]
-        slow = max(range(m), key=lambda j: pace[j])
-        fast = [j for j in range(m) if j != slow]
+        slow, fast = slowest_worker(busy, steps)
         fast_idle.append(float(np.mean([idle[j] for j in fast])))
         fast_samples.append(float(np.mean([samples[j] for j in fast])))
         slow_samples.append(float(samples[slow]))
@@ -158,6 +156,14 @@ def _utilization(frame: pd.DataFrame, completed: pd.Series) -> dict[str, pd.Seri
         "fast_samples": pd.Series(fast_samples, index=index, dtype=float),
         "slow_samples": pd.Series(slow_samples, index=index, dtype=float),
     }
+
+
+def slowest_worker(busy: Sequence[float], steps: Sequence[float]) -> tuple[int, list[int]]:
+    """(the slowest worker, the others) of a time budget's run: the slowest is the one with the
+    longest busy time per step (the claims' `fast_idle` and the utilization figure both)."""
+    pace = [b / s if s > 0 else math.inf for b, s in zip(busy, steps, strict=True)]
+    slow = max(range(len(pace)), key=lambda j: pace[j])
+    return slow, [j for j in range(len(pace)) if j != slow]
 
 
 def _list(frame: pd.DataFrame, column: str, i: int) -> list[float]:

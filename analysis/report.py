@@ -95,7 +95,7 @@ from analysis.load import (
 )
 from analysis.rates import rate_lines
 from analysis.records import RECORDS, materialized, write_records
-from analysis.report_figures import FIGURE_KEYS, FIGURES, draw_figures
+from analysis.report_figures import FIGURE_KEYS, FIGURES, draw_figures, on_time_budget
 from analysis.report_staging import (
     ReportStopped,
     _Signalled,
@@ -168,8 +168,7 @@ def _report(
     table.attrs["note"] = split.note()
     table_md, table_csv = write_table(table, out_dir, name)
     # every figure the runs can give: the utilization figure for time-budget runs only
-    timed = "workers/busy_s" in frame.columns and frame["workers/busy_s"].notna().any()
-    wanted = tuple(f for f in FIGURES if f != "utilization" or timed)
+    wanted = tuple(f for f in FIGURES if f != "utilization" or on_time_budget(frame))
     figures = draw_figures(frame, out_dir, wanted, rows=split.rows)
     records, _ = write_records(list(summaries["run_dir"]), roots, out_dir)
     return {

@@ -74,7 +74,7 @@ def draw_figures(
             frame, out_dir, name=TIME_FIGURE_NAME, y=metrics, rows=rows
         )
     if "utilization" in wanted:
-        if "workers/busy_s" in frame.columns and frame["workers/busy_s"].notna().any():
+        if on_time_budget(frame):
             figures["utilization_png"], figures["utilization_pdf"] = utilization(
                 frame, out_dir, name=UTILIZATION_FIGURE_NAME, rows=rows
             )
@@ -89,6 +89,12 @@ def draw_figures(
         else:
             print(f"note: no {missing} in the runs, so no time breakdown", file=sys.stderr)
     return figures
+
+
+def on_time_budget(frame: Any) -> bool:
+    """Whether a run of the frame holds a time budget's per-worker accounts (the utilization
+    figure's data)."""
+    return "workers/busy_s" in frame.columns and bool(frame["workers/busy_s"].notna().any())
 
 
 def _first_missing(frame: Any, columns: Sequence[str]) -> str | None:

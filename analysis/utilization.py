@@ -4,8 +4,8 @@ A time budget's last row (experiments/training/budget.py) holds every worker's a
 busy (compute and algorithm work), idle (waiting), steps and samples, as lists by rank. Per
 series (the tables' label), mean over seeds, `utilization_table` gives the share of T that the
 fast workers (every worker but the slowest: the one with the longest busy time per step, the
-same rule as the claims' `fast_idle`, analysis/claim_runs.py) and the slowest worker spent busy
-and idle, and the samples each processed; `utilization_figure` draws it as two stacked bars per
+claims' rule, analysis/claim_runs.py `slowest_worker`) and the slowest worker spent busy and
+idle, and the samples each processed; `utilization_figure` draws it as two stacked bars per
 series (fast workers, slowest worker), each annotated with the samples it processed. With one
 worker 3x slower, sync SGD's fast workers idle about two thirds of the budget and OSP's almost
 never (results/losp)."""
@@ -21,6 +21,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 from matplotlib.patches import Patch
 
+from analysis.claim_runs import slowest_worker
 from analysis.figure_layout import (
     COLUMN_WIDTH_IN,
     _paper_style,
@@ -42,9 +43,7 @@ def _split(busy: list, idle: list, steps: list, samples: list) -> dict[str, floa
     if m < 2 or not len(idle) == len(steps) == len(samples) == m:
         return None
     total = [b + i for b, i in zip(busy, idle, strict=True)]
-    pace = [b / s if s > 0 else np.inf for b, s in zip(busy, steps, strict=True)]
-    slow = int(np.argmax(pace))
-    fast = [j for j in range(m) if j != slow]
+    slow, fast = slowest_worker(busy, steps)
 
     def share(values: list, j: int) -> float:
         return values[j] / total[j] if total[j] > 0 else np.nan

@@ -81,6 +81,10 @@ def per_pass(rows: Sequence[dict[str, Any]], epochs: int) -> list[dict[str, Any]
     if not rows or not on_time_budget(rows) or epochs < 1:
         return list(rows)
     budget = float(rows[-1]["time/train_s"])
+
+    def reached(t: float, k: int) -> bool:  # at or past boundary k (to rounding)
+        return t >= k * budget / epochs - 1e-9 * budget
+
     kept, k = [], 1
     since: dict[str, list[float]] = {"train/loss": [], "test/acc": []}
     for row in rows:
@@ -88,10 +92,11 @@ def per_pass(rows: Sequence[dict[str, Any]], epochs: int) -> list[dict[str, Any]
             value = row.get(key)
             if isinstance(value, int | float) and math.isfinite(value):
                 values.append(float(value))
-        if float(row["time/train_s"]) >= k * budget / epochs - 1e-9 * budget:
+        t = float(row["time/train_s"])
+        if reached(t, k):
             means = {key: sum(v) / len(v) if v else math.nan for key, v in since.items()}
             kept.append({**row, **means})
             since = {key: [] for key in since}
-            while k <= epochs and float(row["time/train_s"]) >= k * budget / epochs - 1e-9 * budget:
+            while k <= epochs and reached(t, k):
                 k += 1
     return kept

@@ -49,14 +49,14 @@ from __future__ import annotations
 import copy
 import math
 import time
-from dataclasses import asdict, dataclass
+from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from algorithms.base import Algorithm
 from algorithms.comm import Comm
-from experiments.training.evaluate import consensus_copy, loss_and_correct
+from experiments.training.evaluate import consensus_copy, loss_and_correct, state_tensors
 
 
 @dataclass(frozen=True)
@@ -114,12 +114,10 @@ class Point:
     loss_sum: float  # training losses of this worker's steps so far, summed
     lr: float
 
-    def accounts(self) -> dict[str, Any]:
-        return {k: v for k, v in asdict(self).items() if k not in ("state", "local")}
-
 
 def _state(model: torch.nn.Module) -> list[torch.Tensor]:
-    return [t.detach().clone() for t in (*model.parameters(), *model.buffers())]
+    """A copy of `model`'s parameters and buffers (evaluate.state_tensors' order)."""
+    return [t.detach().clone() for t in state_tensors(model)]
 
 
 class Timeline:
@@ -159,9 +157,7 @@ class Timeline:
         """At the end: the points at the clock's time (T, when the budget is spent), with the
         state as it is; none later (a run that diverged stops before T)."""
         now = self.comm.clock.now()
-        while self.next < len(self.points) and self.points[self.next] <= now:
-            self._take(self.points[self.next], 0.0, False)
-            self.next += 1
+        self.passing(now, math.nextafter(now, math.inf), False)  # the points <= now
         self.uninstall()
 
     def _take(self, t: float, into: float, busy: bool) -> None:
@@ -197,7 +193,7 @@ class Timeline:
             "next": self.next,
             "scored": self.scored,
             "previous": self.previous,
-            "taken": [{**p.accounts(), "state": p.state, "local": p.local} for p in self.taken],
+            "taken": [dict(vars(p)) for p in self.taken],  # the tensors as they are
         }
 
     def load_state_dict(self, state: dict[str, Any]) -> None:
@@ -253,7 +249,7 @@ class Scorer:
 
     def _load(self, module: torch.nn.Module, state: list[torch.Tensor]) -> torch.nn.Module:
         with torch.no_grad():
-            torch._foreach_copy_([*module.parameters(), *module.buffers()], state)
+            torch._foreach_copy_(state_tensors(module), state)
         return module
 
     def row(self, point: Point, timeline: Timeline) -> dict[str, Any]:

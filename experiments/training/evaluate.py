@@ -102,7 +102,7 @@ _SCRATCH: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 _SCRATCH_LOCK = threading.Lock()  # (cluster=sim: the workers evaluate in threads)
 
 
-def _state(model: torch.nn.Module) -> list[torch.Tensor]:
+def state_tensors(model: torch.nn.Module) -> list[torch.Tensor]:
     return [*model.parameters(), *model.buffers()]
 
 
@@ -112,9 +112,9 @@ def scratch_copy(model: torch.nn.Module) -> torch.nn.Module:
     first time, or when `model`'s tensors no longer match the kept copy's)."""
     with _SCRATCH_LOCK:
         scratch = _SCRATCH.get(model)
-    state = _state(model)
+    state = state_tensors(model)
     if scratch is not None:
-        kept = _state(scratch)
+        kept = state_tensors(scratch)
         if len(kept) == len(state) and all(
             a.shape == b.shape and a.dtype == b.dtype and a.device == b.device
             for a, b in zip(kept, state, strict=True)

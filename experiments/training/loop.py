@@ -168,13 +168,11 @@ def train(
     timeline = None  # budget=time: the model at the evaluation points (budget.py)
     if settings.budget is not None:
         budget = TimeBudget.of(settings.budget, settings.epochs, steps_per_epoch, clock.compute)
-        timeline = Timeline(
-            budget,
-            algo,
-            comm,
-            loss_sum=lambda: losses.read()[0],
-            lr_at=lambda t: settings.schedule.lr_at(budget.schedule_step(t), steps_per_epoch),
-        )
+
+        def lr_by_time(t: float) -> float:  # the same LR for every worker at the same time
+            return settings.schedule.lr_at(budget.schedule_step(t), steps_per_epoch)
+
+        timeline = Timeline(budget, algo, comm, loss_sum=lambda: losses.read()[0], lr_at=lr_by_time)
         if ckpt is not None and ckpt.resume is not None and "timeline" in ckpt.resume:
             timeline.load_state_dict(ckpt.resume["timeline"])
         if algo.eval_needs_fresh_bn():
@@ -224,6 +222,17 @@ def train(
         if sink is not None:
             sink.log(row, row["step"] if timeline is not None else pos.step)
 
+    def score(count: int) -> tuple[list[dict], float]:
+        """Collective (budget=time): score and log the first `count` copied points; their
+        rows, and the first step at which any worker's loss was not finite (inf: none)."""
+        t0 = time.perf_counter()
+        rows = timeline.score(count, scorer)
+        (first_bad,) = comm.sum_scalars([losses.read()[1]], op="min")
+        times.eval_s += time.perf_counter() - t0
+        for row in rows:
+            log(row)
+        return rows, first_bad
+
     model.train()
     epochs = range(pos.epoch, settings.epochs) if timeline is None else itertools.count(pos.epoch)
     for epoch in epochs:
@@ -260,8 +269,8 @@ def train(
             fault.check(step)
             if timeline is None:
                 lr = settings.schedule.lr_at(step, steps_per_epoch)
-            else:  # by time: the same LR for every worker at the same time (budget.py)
-                lr = settings.schedule.lr_at(budget.schedule_step(clock.now()), steps_per_epoch)
+            else:  # by time (budget.py)
+                lr = lr_by_time(clock.now())
             for group in optimizer.param_groups:
                 group["lr"] = lr
             exposed_before = ledger.exposed_s
@@ -315,16 +324,11 @@ def train(
             if not together:  # OSP/LOSP: no step at which every worker is at rest
                 continue
             # Every worker is at the same step: score the points all have copied, no drain.
-            t0 = time.perf_counter()
-            rows = timeline.score(timeline.common(), scorer)
-            (diverged_at,) = comm.sum_scalars([losses.read()[1]], op="min")
-            times.eval_s += time.perf_counter() - t0
-            for row in rows:
-                log(row)
+            rows, diverged_at = score(timeline.common())
             if rows:
                 progress.report(pos.step, epoch + 1, settings.epochs, rows[-1])
             if math.isfinite(diverged_at):
-                status, diverged = "diverged", True
+                status = "diverged"
                 break
             if ckpt is not None and at_rest(epoch):
                 status = "interrupted"
@@ -421,7 +425,14 @@ def train(
             break
 
     if timeline is not None and status != "interrupted":
-        status, diverged_at = _finish_budget(timeline, scorer, algo, comm, losses, times, log)
+        # The end (every worker's clock at or past T): the points at T copied, the algorithm
+        # finished (no collective left in flight: OSP/LOSP answer the pushes of a worker still
+        # training), then every point not scored yet scored and logged.
+        timeline.close()
+        algo.finish()
+        rows, diverged_at = score(len(timeline.taken))
+        bad = math.isfinite(diverged_at) or not all(math.isfinite(r["test/loss"]) for r in rows)
+        status = "diverged" if bad else "completed"
         progress.report(pos.step, pos.epoch + 1, settings.epochs, pos.row)
     progress.close()
     if ckpt is not None:
@@ -455,24 +466,6 @@ def train(
             }
         )
     return summary
-
-
-def _finish_budget(timeline, scorer, algo, comm, losses, times, log) -> tuple[str, float]:
-    """The end of a time budget (every worker's clock at or past T): the points at T copied,
-    the algorithm finished (no collective left in flight: OSP/LOSP answer the pushes of a
-    worker still training), then every point not scored yet scored and logged. Returns the
-    status and the first step whose loss was not finite (inf: none)."""
-    timeline.close()
-    algo.finish()
-    t0 = time.perf_counter()
-    rows = timeline.score(len(timeline.taken), scorer)
-    (diverged_at,) = comm.sum_scalars([losses.read()[1]], op="min")
-    times.eval_s += time.perf_counter() - t0
-    for row in rows:
-        log(row)
-    bad = not all(math.isfinite(r["test/loss"]) for r in rows)
-    status = "diverged" if math.isfinite(diverged_at) or bad else "completed"
-    return status, diverged_at
 
 
 def optimizer_step(optimizer: torch.optim.Optimizer) -> None:
