@@ -64,6 +64,10 @@ def _stop_early(signum: int, frame) -> None:
 if __name__ == "__main__":
     for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(_sig, _stop_early)
+    # before torch allocates: freed tensors stay with the process (and its workers' processes)
+    from experiments.workers.allocator import configure
+
+    configure()
 
 import traceback  # noqa: E402 - after the handlers above
 from typing import Any  # noqa: E402

@@ -19,6 +19,9 @@ from pathlib import Path
 
 
 def main(argv: list[str] | None = None) -> int:
+    from experiments.workers.allocator import configure
+
+    configure()  # as run.py: the in-process rows compute as the suite's runs do
     from benchmarks import families, harness, report
 
     parser = argparse.ArgumentParser(prog="python -m benchmarks", description=__doc__)

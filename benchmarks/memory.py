@@ -25,10 +25,13 @@ import json
 import os
 import resource
 import tempfile
+from contextlib import contextmanager
 from datetime import timedelta
 from pathlib import Path
 
 import torch
+
+from experiments.workers import allocator
 
 
 def reset_peak(device: torch.device) -> bool:
@@ -184,13 +187,37 @@ def measure(specs: list[dict], workers: int, fresh: bool = False) -> list[list[d
     overlap_local_sgd alternating, sync_sgd first: 872, 1044, 1045, 1216, 1216, 1387 MiB, 4
     model copies more at each step from a sync_sgd spec to the next), which lowers the later
     specs' peak / plain, while peak - plain stays the same."""
+    # Every allocation of 64 KiB or more gets its own mapping, returned to the OS when freed:
+    # a freed buffer of one algorithm cannot hide the next one's allocations from the RSS. (The
+    # suite's own setting keeps freed memory, experiments/workers/allocator.py: not here.)
+    with _environment(MALLOC_MMAP_THRESHOLD_="65536", **dict.fromkeys(allocator.SETTINGS)):
+        return _measure(specs, workers, fresh)
+
+
+@contextmanager
+def _environment(**values: str | None):
+    """os.environ with `values` set (None: unset) for the processes started inside."""
+    saved = {k: os.environ.get(k) for k in values}
+    try:
+        for k, v in values.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+        yield
+    finally:
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _measure(specs: list[dict], workers: int, fresh: bool) -> list[list[dict]]:
     import torch.multiprocessing as mp
 
     from experiments.workers.dist import free_port
 
-    # Every allocation of 64 KiB or more gets its own mapping, returned to the OS when freed:
-    # a freed buffer of one algorithm cannot hide the next one's allocations from the RSS.
-    os.environ.setdefault("MALLOC_MMAP_THRESHOLD_", "65536")
     cpu = torch.device("cpu")
     shared = not fresh and (specs[0]["device"] == "cuda" or reset_peak(cpu))
     groups = [specs] if shared else [[spec] for spec in specs]

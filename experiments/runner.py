@@ -616,11 +616,11 @@ def train_worker(
     lock-step: experiments/workers/sim.py); `shared_calibration`: the seeds' one calibration
     there (sim.SharedCalibration); `progress`: whether rank 0 prints its progress line (None:
     `cfg.progress`; seeds in lock-step: the first seed's only)."""
-    from torch.utils.data import DataLoader, Subset
+    from torch.utils.data import Subset
 
     from algorithms.comm import Comm
     from algorithms.group import ThreadGroup
-    from experiments.data.datasets import load_dataset
+    from experiments.data.datasets import eval_batches, load_dataset
     from experiments.data.partition import make_partition
     from experiments.store.log import make_sinks
     from experiments.training.loop import Checkpointing, LoopSettings, train
@@ -646,15 +646,18 @@ def train_worker(
     in_threads = isinstance(comm.group, ThreadGroup)
     train_loader = worker_loader(job, bundle, shards, rank, in_threads, device)
     eval_bs = job.eval_batch_size
-    test_full = DataLoader(bundle.test, batch_size=eval_bs)
-    test_shard = DataLoader(Subset(bundle.test, range(rank, len(bundle.test), m)), eval_bs)
+    test_full = eval_batches(bundle.test, eval_bs, device, dtype)
+    shard = Subset(bundle.test, range(rank, len(bundle.test), m))
+    test_shard = eval_batches(shard, eval_bs, device, dtype)
     time_budget = job.budget if job.budget.name == "time" else None
     subset_shard = None
     if time_budget is not None:  # the points before T are scored on a stratified subset
         from experiments.data.datasets import eval_subset
 
         subset = eval_subset(bundle.test, time_budget.eval_images)
-        subset_shard = DataLoader(Subset(subset, range(rank, len(subset), m)), eval_bs)
+        subset_shard = eval_batches(
+            Subset(subset, range(rank, len(subset), m)), eval_bs, device, dtype
+        )
 
     # beyond the dtype's largest number the LR is inf, a diverged run (schedule.py)
     schedule = Schedule.of(job, workers=m, limit=torch.finfo(dtype).max)

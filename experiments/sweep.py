@@ -45,6 +45,10 @@ if __name__ == "__main__":  # a stop while the sweep starts: one line (main() th
 
     for _sig in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2):
         signal.signal(_sig, _stop_early)
+    # the runs it starts inherit the allocator's settings (experiments/workers/allocator.py)
+    from experiments.workers.allocator import configure
+
+    configure()
 
 import argparse  # noqa: E402 - after the handlers above
 import subprocess  # noqa: E402

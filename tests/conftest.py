@@ -25,6 +25,9 @@ def pytest_configure(config: pytest.Config) -> None:
     166 CPU-s and 87.8 s with this (back to back). A run sets its own threads
     (`threads_per_worker`) and puts these back. (More processes than cores, as `make test`'s
     three on 2: one thread each.)"""
+    from experiments.workers.allocator import configure
+
+    configure()  # as every entry point of the suite (run.py): before torch allocates
     workers = int(os.environ.get("PYTEST_XDIST_WORKER_COUNT", "1"))
     if workers > 1 and "PYTEST_XDIST_WORKER" in os.environ:
         import torch
