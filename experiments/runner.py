@@ -624,6 +624,7 @@ def train_worker(
     from experiments.data.partition import make_partition
     from experiments.store.log import make_sinks
     from experiments.training.loop import Checkpointing, LoopSettings, train
+    from experiments.workers.batched import channels_last
 
     job = job_of(cfg)
     rank, m = worker.rank, worker.world_size
@@ -759,7 +760,10 @@ def train_worker(
             result["device"] = _device_label(device)  # provenance.txt names it per report
             # What decides the run's digits (CPU, kernels' ISA, libraries, threads): a reader
             # with other digits tells a platform difference from a defect (fingerprint.py).
-            result["platform"] = platform_fingerprint(device)
+            layout = None  # the batched passes' image layout, where it is not torch's default
+            if batched is not None and batched.grouped and channels_last(dtype, device):
+                layout = "channels_last"
+            result["platform"] = platform_fingerprint(device, layout=layout)
             update_summary(run_dir, final=True, **result)  # completed/diverged: written last
             ckpt.remove(run_dir)
     return result["status"]

@@ -17,6 +17,9 @@ result must be able to tell a platform difference from a defect, so every run re
                      benchmark flags
     env              the environment variables that change the kernels (only those set)
     device           cpu, or the GPU's name with CUDA's and cuDNN's versions
+    layout           only where the passes lay images out otherwise than torch's default:
+                     `channels_last` (seeds in lock-step and batched workers in float32 on a
+                     CPU, experiments/workers/batched.py)
 
 and `key`: a 12-hex digest of all of it. Two runs with the same key computed with the same
 kernels, so the same configuration gives the same bits; two keys that differ may give other
@@ -134,9 +137,11 @@ def _onednn_dispatch() -> str:
     return _ONEDNN
 
 
-def platform_fingerprint(device: Any = "cpu") -> dict[str, Any]:
+def platform_fingerprint(device: Any = "cpu", layout: str | None = None) -> dict[str, Any]:
     """The fingerprint of this process's platform (the module docstring), computing on
-    `device` (a torch.device or its name), with its `key`."""
+    `device` (a torch.device or its name), with its `key`; `layout`: the images' memory layout
+    where the run's passes use another than torch's default (a field only then, so that every
+    other run keeps the key it had)."""
     import torch
 
     device = torch.device(device)
@@ -156,6 +161,8 @@ def platform_fingerprint(device: Any = "cpu") -> dict[str, Any]:
         "env": {name: os.environ[name] for name in NUMERIC_ENV if name in os.environ},
         "device": "cpu",
     }
+    if layout is not None:
+        fingerprint["layout"] = layout
     if device.type == "cuda":
         index = device.index if device.index is not None else torch.cuda.current_device()
         cudnn = torch.backends.cudnn.version() if torch.backends.cudnn.is_available() else None
@@ -189,6 +196,8 @@ def describe(fingerprint: dict[str, Any] | None) -> str:
         f"deterministic algorithms {'on' if det.get('algorithms') else 'off'}",
         f"device {fingerprint.get('device')}",
     ]
+    if fingerprint.get("layout"):
+        parts.append(f"layout {fingerprint['layout']}")
     if env:
         parts.append("env " + " ".join(f"{k}={v}" for k, v in sorted(env.items())))
     return f"[{fingerprint.get('key')}] " + "; ".join(parts)
