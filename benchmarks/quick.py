@@ -32,7 +32,9 @@ until its interval is within +-2%, `max_reps` pairs were made, or its share of t
 from __future__ import annotations
 
 import json
+import os
 import sys
+import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -51,6 +53,7 @@ ROW_BUDGET_S = {
     "sim": 25.0,
     "lockstep": 60.0,
     "verdict_lockstep": 90.0,
+    "limit": 40.0,
 }
 #: Seeds of row (a), the issue's S; the demo config's algorithm in it.
 LOCKSTEP_SEEDS = 8
@@ -83,6 +86,10 @@ ROWS = (
     "sweep efficiency: the runs' measured training time / the sweep's wall time",
     f"fmnist (verdicts' scale), 2 epochs: {LOCKSTEP_SEEDS} seeds / 1 seed in lock-step, wall time",
     "fmnist (verdicts' scale), 1 epoch: demo sweep efficiency",
+    f"fmnist: the lock-step step of {LOCKSTEP_SEEDS} seeds / one plain model on the same images",
+    "fmnist: the plain step's fp32 rate / this machine's fp32 matrix-multiply peak",
+    f"fmnist, 2 epochs, {LOCKSTEP_SEEDS} seeds in lock-step: evaluation's share of the wall time",
+    f"fmnist, 2 epochs, {LOCKSTEP_SEEDS} seeds in lock-step: steps x the ideal step / wall time",
 )
 
 INTRO = """\
@@ -423,7 +430,9 @@ def run(s: f.Settings) -> f.Section:
     ):
         if s.smoke:
             run, sweep = SMOKE_LOCKSTEP_RUN, SMOKE_SWEEP
-        _lockstep_rows(table, sec, s, rows, run, sweep, key)
+        lockstep = _lockstep_rows(table, sec, s, rows, run, sweep, key)
+    # 10-13. the verdicts' scale against the machine's limit
+    _limit_rows(table, sec, s, lockstep)
     sec.notes.append(
         "Rows' wall-clock: "
         + ", ".join(f"{k} {v:.0f} s" for k, v in table.times.items())
@@ -445,13 +454,17 @@ def _lockstep_rows(
 ) -> None:
     """Rows (a) and (b) of issue 34 for one workload: S seeds of `run` in lock-step against
     one seed, interleaved; then the sweep `sweep` once, its runs' measured training time over
-    its wall time."""
+    its wall time. Returns each lock-step run's (wall seconds, its first seed's summary)."""
     seeds = ",".join(str(i) for i in range(SMOKE_LOCKSTEP_SEEDS if s.smoke else LOCKSTEP_SEEDS))
+    lockstep: list[tuple[float, dict]] = []
+
+    def together() -> float:
+        wall, summary = _timed_run(["-m", *run, f"seed={seeds}"])
+        lockstep.append((wall, summary))
+        return wall
+
     xs, ys = table.interleave(
-        key,
-        lambda: f._wall_of_run(["-m", *run, f"seed={seeds}"]),
-        lambda: f._wall_of_run([*run, "seed=0"]),
-        _scalar_spread,
+        key, together, lambda: f._wall_of_run([*run, "seed=0"]), _scalar_spread
     )
     table.add_ratio(
         rows[0],
@@ -495,3 +508,100 @@ def _lockstep_rows(
         "lock-step) run one seed at a time. A figure above 1 means seeds in lock-step trained "
         "faster together than each would alone."
     )
+    return lockstep
+
+
+def _timed_run(overrides: list[str]) -> tuple[float, dict]:
+    """Seconds from starting `python run.py OVERRIDES` to its exit (a fresh out_root), and the
+    summary of its first run directory (seed 0's)."""
+    with tempfile.TemporaryDirectory(prefix="bench-limit-") as out:
+        cmd = [sys.executable, "run.py", *h.QUIET, *overrides, f"out_root={out}"]
+        t0 = time.perf_counter()
+        h.run_command(cmd, timeout=600)
+        wall = time.perf_counter() - t0
+        first = sorted(Path(out, "runs").glob("*-seed0-*/summary.json"))
+        return wall, json.loads(first[0].read_text()) if first else {}
+
+
+def _limit_rows(table: _Table, sec: f.Section, s: f.Settings, lockstep: list) -> None:
+    """Rows 10-13 (issue 48): the lock-step step of the verdicts' scale against one plain model
+    on the same images (the ideal, benchmarks/limit.py), the plain step's arithmetic rate
+    against the machine's fp32 matrix-multiply peak, and from the lock-step runs of row 8
+    evaluation's share of their wall time and their steps at the ideal step's time over it."""
+    import torch
+
+    from benchmarks import limit
+
+    seeds = SMOKE_LOCKSTEP_SEEDS if s.smoke else LOCKSTEP_SEEDS
+    workers, batch = (2, 8) if s.smoke else (4, 32)  # fmnist: 4 workers, batch 32, 1x14x14
+    replicas = seeds * workers
+    threads = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)  # the lock-step's rule: every core
+    try:
+        pair = limit.StepPair(replicas, batch, width=8, channels=1, size=14)
+        steps = 1 if s.smoke else 3
+
+        def median_of(side: Callable[[], float]) -> Callable[[], float]:
+            return lambda: h.median(side() for _ in range(steps))
+
+        pair.plain_step()  # warm-up: threads started, kernels chosen
+        pair.lockstep()
+        xs, ys = table.interleave(
+            "limit", median_of(pair.lockstep), median_of(pair.plain_step), _scalar_spread
+        )
+        flops = pair.plain_flops()
+        peak = limit.matmul_peak(256 if s.smoke else 1024)
+    finally:
+        torch.set_num_threads(threads)
+    workload = (
+        f"{replicas} width-8 ResNet-18 replicas ({seeds} seeds x {workers} workers), batch "
+        f"{batch} each, 1x14x14 images, forward and backward"
+    )
+    ideal = h.median(ys)
+    table.add_ratio(
+        ROWS[10],
+        workload,
+        f"{h.median(xs) * 1e3:.0f} ms lock-step step",
+        f"{ideal * 1e3:.0f} ms plain step on {replicas * batch} images",
+        xs,
+        ys,
+        "",
+        None,
+        "new in issue 48: 1 = the lock-step pass at the plain model's speed",
+    )
+    rate = flops / ideal / 1e9
+    table.add(
+        ROWS[11],
+        f"the plain step above ({flops / 1e9:.2f} GFLOP, torch's count); peak: the best of 5 "
+        "fp32 1024x1024 matrix products",
+        f"{rate:.1f} GFLOP/s plain step",
+        f"{peak:.1f} GFLOP/s peak",
+        rate / peak,
+        (rate / peak, rate / peak),
+        [rate / peak],
+        "",
+        None,
+        "new in issue 48 (the width-8 convolutions' floor, not the multiply's)",
+    )
+    walls = [w for w, summary in lockstep if summary.get("time/eval_s") is not None]
+    shares = [sm["time/eval_s"] / w for w, sm in lockstep if sm.get("time/eval_s") is not None]
+    efficiency = [sm.get("steps", 0) * ideal / w for w, sm in lockstep if sm]
+    for name, values, target, limit_value, full in (
+        (ROWS[12], shares, "<= 0.25", 0.25, "new in issue 48; at e57154c: 0.42 (the issue's)"),
+        (ROWS[13], efficiency, "", None, "new in issue 48: 1 = every second at the ideal step"),
+    ):
+        if not values:
+            continue
+        value = h.median(values)
+        table.add(
+            name,
+            " ".join(VERDICT_LOCKSTEP_RUN if not s.smoke else SMOKE_LOCKSTEP_RUN),
+            f"{h.median(walls):.1f} s wall",
+            "time/eval_s of seed 0" if name == ROWS[12] else f"{ideal * 1e3:.0f} ms ideal step",
+            value,
+            h.bootstrap_interval(values, h.median) if len(values) > 1 else (value, value),
+            values,
+            target,
+            limit_value,
+            full,
+        )
