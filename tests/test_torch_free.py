@@ -8,8 +8,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
+from filelock import FileLock
 
 import algorithms
 from tests.cli import REPO, child_env
@@ -504,10 +506,26 @@ with initialize_config_dir(config_dir=sys.argv[1], version_base="1.3"):
 
 
 @pytest.fixture(scope="module")
-def bad_value_answers(tmp_path_factory) -> dict[tuple[str, str], dict]:
+def bad_value_answers(tmp_path_factory, worker_id) -> dict[tuple[str, str], dict]:
     """(key, cluster) -> how the pre-flight answered the key's bad value under that cluster (the
-    cluster the line names, else each of CLUSTERS): all in one fresh interpreter."""
-    tmp = tmp_path_factory.mktemp("bad-values")
+    cluster the line names, else each of CLUSTERS): all in one fresh interpreter, once a
+    session. Under pytest-xdist the first process to get here asks, into the session's shared
+    temporary directory, under a lock; the others read its answers (each process asked again
+    before: 47 s each on a loaded machine, three times in `make test`)."""
+    if worker_id == "master":
+        return _bad_value_answers(tmp_path_factory.mktemp("bad-values"))
+    shared = tmp_path_factory.getbasetemp().parent  # this session's, common to its processes
+    answers = shared / "bad-values.json"
+    with FileLock(shared / "bad-values.lock"):
+        if not answers.is_file():
+            tmp = shared / "bad-values"
+            tmp.mkdir()
+            found = _bad_value_answers(tmp)
+            answers.write_text(json.dumps([[*k, v] for k, v in found.items()]))
+    return {(key, cluster): v for key, cluster, v in json.loads(answers.read_text())}
+
+
+def _bad_value_answers(tmp: Path) -> dict[tuple[str, str], dict]:
     blocker = tmp / "a_file"
     blocker.write_text("not a directory")
     cases, index = [], []

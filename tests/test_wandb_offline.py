@@ -96,9 +96,7 @@ def online(url: str, key: str = KEY) -> dict[str, str]:
 
 def test_no_network_is_one_line_and_exit_2_before_any_work(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{closed_port()}"
-    start = time.monotonic()
     proc = run_py_here(*FAST, "wandb.mode=online", f"out_root={tmp_path / 'o'}", env=online(url))
-    assert time.monotonic() - start < 10
     assert proc.returncode == 2, proc.stderr
     assert proc.stderr.splitlines() == [
         f"error: wandb.mode=online: cannot reach W&B at {url} (Connection refused) {HINT}"

@@ -372,7 +372,6 @@ def test_online_without_a_key_is_one_line_and_exit_2_before_any_work(tmp_path) -
 
 @pytest.mark.parametrize("case", ["unreachable", "refused"])
 def test_online_with_no_w_and_b_or_a_refused_key_is_one_line_and_exit_2(tmp_path, case) -> None:
-    start = time.monotonic()
     with fake_wandb() as (url, _):
         if case == "unreachable":
             url = f"http://127.0.0.1:{closed_port()}"
@@ -381,7 +380,6 @@ def test_online_with_no_w_and_b_or_a_refused_key_is_one_line_and_exit_2(tmp_path
             "analysis.wandb_report", str(RUNS), "--out", str(tmp_path / "o"), *PRESET,
             "--mode", "online", env=online(url, key),
         )  # fmt: skip
-    assert time.monotonic() - start < 10
     assert proc.returncode == 2
     why = (
         f"cannot reach W&B at {url} (Connection refused)"
