@@ -14,10 +14,13 @@ OUT ?= outputs
 # PUBLISH=1 for the checkout's committed results/ (never written by accident).
 RESULTS ?=
 PUBLISH ?=
+# JOBS=N: each preset's sweep as N concurrent sweeps sharing the cores (experiments.sweep --jobs;
+# docs/cluster.md, "Sweeps in parallel")
+JOBS ?= 1
 # A preset's sweep (its missing points; every point runs, failures listed at the end), then its
 # report
 SWEEP_ARGS = --scale $(SCALE) --out-root "$(OUT)" $(if $(RESULTS),--results "$(RESULTS)") \
-	$(if $(filter 1 yes true,$(PUBLISH)),--publish)
+	$(if $(filter 1 yes true,$(PUBLISH)),--publish) $(if $(filter-out 1,$(JOBS)),--jobs $(JOBS))
 # CLUSTER=slurm: the jobs' shape, each passed to every run as its cluster.* key when set
 # (conf/cluster/slurm.yaml; site defaults belong in conf/local/slurm.yaml). Without GPUS_PER_NODE
 # the jobs ask SLURM for no GPU. The paper's tables: NODES=2 GPUS_PER_NODE=8 (16 workers).

@@ -95,32 +95,59 @@ def run_child(command: list[str]) -> int:
     """Run `command` (from the checkout) in a process group of its own, the sweep's stop
     signals passed on to it; its exit code. A stop: raised as `Stop` once the command ended
     (GRACE_S at most: then its process group is killed)."""
+    return run_children([command])[0]
+
+
+def run_children(commands: list[list[str]]) -> list[int]:
+    """`run_child` for several commands at once (`--jobs`): each in a process group of its own,
+    every stop passed on to each; their exit codes once all ended."""
     stops: list[tuple[int, float]] = []  # (signal, when)
-    child = subprocess.Popen(command, cwd=REPO, preexec_fn=_own_group_dying_with_parent)
+    children = [
+        subprocess.Popen(command, cwd=REPO, preexec_fn=_own_group_dying_with_parent)
+        for command in commands
+    ]
 
     def forward(signum: int, frame) -> None:
         stops.append((signum, time.monotonic()))
-        try:
-            child.send_signal(signum)
-        except OSError:
-            pass
+        for child in children:
+            try:
+                child.send_signal(signum)
+            except OSError:
+                pass
 
     previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     try:
-        while True:
-            try:
-                code = child.wait(timeout=0.25)  # (a blocking wait would not see a stop)
-                break
-            except subprocess.TimeoutExpired:
-                if stops and time.monotonic() - stops[0][1] > GRACE_S:  # end it all
+        while any(child.poll() is None for child in children):
+            time.sleep(0.25)  # (a blocking wait would not see a stop)
+            if stops and time.monotonic() - stops[0][1] > GRACE_S:  # end it all
+                for child in children:
                     _kill_group(child)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
-        _kill_group(child, only_left=True)
+        for child in children:
+            _kill_group(child, only_left=True)
     if stops:
         raise Stop(stops[0][0])
-    return code
+    return [child.wait() for child in children]
+
+
+def shares(command: list[str], jobs: int, overrides: list[str]) -> list[list[str]]:
+    """`command` (`run.py -m ...`) as `jobs` concurrent sweeps: share k of N runs every N-th of
+    the sweep's units of work (a lock-step group of seeds, or a run alone:
+    hydra_plugins/commsgd_sweeper, `hydra.sweeper.shard`), with the cores divided among them
+    (`threads_per_worker`, unless the overrides set it). Why: two processes of one thread each
+    keep both cores busy where one process's two OpenMP threads wait for each other when the
+    cores are shared, and OSP/LOSP, whose seeds cannot train in lock-step, run two at a time
+    (docs/cluster.md, "Sweeps in parallel", the measurements)."""
+    if jobs == 1:
+        return [command]
+    threads = (
+        []
+        if any(o.startswith("threads_per_worker=") for o in overrides)
+        else [f"threads_per_worker={max(1, (os.cpu_count() or 1) // jobs)}"]
+    )
+    return [[*command, *threads, f"hydra.sweeper.shard={k}/{jobs}"] for k in range(jobs)]
 
 
 def _kill_group(child: subprocess.Popen, only_left: bool = False) -> None:
@@ -169,6 +196,13 @@ def main(argv: list[str] | None = None) -> int:
         help="only the checks that need no work (what make demo PUBLISH=1 runs first): nothing "
         "is run or written",
     )
+    parser.add_argument(
+        "--jobs",
+        type=int,
+        default=1,
+        help="run the sweep as this many concurrent sweeps, each a share of its seeds' lock-step "
+        "groups and single runs, with the cores shared among them (default 1; docs/cluster.md)",
+    )
     parser.add_argument("overrides", nargs="*", help="extra key=value overrides for every run")
     one_line_errors(parser)
     previous = {sig: signal.signal(sig, _raise_stop) for sig in STOP_SIGNALS}
@@ -200,6 +234,8 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     if args.cluster not in clusters:
         fail(f"unknown cluster {args.cluster!r}; choose from {', '.join(clusters)}")
 
+    if args.jobs < 1:
+        fail(f"--jobs must be a whole number >= 1, got {args.jobs}")
     if args.publish and args.results:
         fail("give --publish (the checkout's results/) or --results DIR, not both")
     if args.publish:
@@ -244,12 +280,17 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     ]
     sweep_code, failed = 0, []
     if not args.no_run:
-        print("$ " + " ".join(command[1:]), flush=True)
+        commands = shares(command, args.jobs, args.overrides)
+        for each in commands:
+            print("$ " + " ".join(each[1:]), flush=True)
         started = time.time()
         try:
-            sweep_code = run_child(command)
+            codes = run_children(commands)
         except Stop as stop:
             return stopped_line(args.experiment, stop, "while its runs ran")
+        # a stop first, then a failed run, then bad input only (run.py's codes)
+        stopped = [c for c in codes if c not in (0, 1, 2)]
+        sweep_code = stopped[0] if stopped else 1 if 1 in codes else max(codes)
         if sweep_code not in (0, 1, 2):  # a stop (Ctrl-C: 130, a signal: 3): no report
             print(
                 f"error: the sweep of {args.experiment} stopped (exit {sweep_code}); rerun the "

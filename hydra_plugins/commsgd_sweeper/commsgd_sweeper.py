@@ -72,6 +72,8 @@ class CommsgdSweeperConf:
     params: dict[str, Any] | None = None  # the main grid: override key -> sweep text
     grids: list[dict[str, Any]] = field(default_factory=list)  # more grids, on top of params
     record_dir: str | None = None  # where each sweep's folder goes; null = no record
+    # "k/N": run only the k-th of N shares of the sweep (experiments/sweep.py --jobs); null = all
+    shard: str | None = None
 
 
 ConfigStore.instance().store(
@@ -98,9 +100,11 @@ class CommsgdSweeper(Sweeper):
         params: dict[str, Any] | None = None,
         grids: list[dict[str, Any]] | None = None,
         record_dir: str | None = None,
+        shard: str | None = None,
     ) -> None:
         super().__init__()
         self.max_batch_size = max_batch_size
+        self.shard = shard
         self.params = _plain(params) or {}
         self.grids = [_plain(g) or {} for g in (_plain(grids) or [])]
         self.record_dir = record_dir
@@ -165,15 +169,22 @@ class CommsgdSweeper(Sweeper):
         composed: dict[int, DictConfig] = {}  # id(outcome) -> its composed config
         planned: dict[Any, tuple] = {}  # run directory -> (the point that runs it, its tau)
         group = self._group(arguments, varying, started)
+        share, shares = _shard(self.shard)
+        units: dict[str, int] = {}  # a point's unit of work -> its index, in the points' order
         over = f" over {', '.join(varying)}" if varying else ""
-        print(f"sweep: {len(points)} points{over}", flush=True)
-        for overrides in points:
+        part = f" (share {share + 1} of {shares})" if shares > 1 else ""
+        print(f"sweep: {len(points)} points{over}{part}", flush=True)
+        for index, overrides in enumerate(points):
             label = self._label(overrides, varying)
             outcome = Outcome(overrides=overrides, point=label, status="failed")
             outcomes.append(outcome)
             try:
                 cfg = self.hydra_context.config_loader.load_sweep_config(self.config, overrides)
                 point = check(cfg, sweep=True)
+                unit = units.setdefault(_unit(point), len(units))
+                if unit % shares != share:  # another share's: it runs (and is said) there
+                    outcome.status = "other share"
+                    continue
                 outcome.run_dir = str(point.run_dir)
                 if point.run_dir in planned:  # another spelling, or a key outside the identity
                     outcome.status = "duplicate"
@@ -190,6 +201,9 @@ class CommsgdSweeper(Sweeper):
                     print(f"skip {point.run_dir}: already {status}", flush=True)
                     continue
             except Exception as e:  # any refusal is this point's, never the sweep's
+                if index % shares != share:  # said once, by one share
+                    outcome.status = "other share"
+                    continue
                 outcome.error, outcome.exit_code = describe(e), 2
                 print(f"failed {label}: {outcome.error}", file=sys.stderr)
                 continue
@@ -412,6 +426,33 @@ class CommsgdSweeper(Sweeper):
                 "points": [o.__dict__ for o in outcomes],
             },
         )
+
+
+def _shard(text: str | None) -> tuple[int, int]:
+    """`hydra.sweeper.shard` "k/N" as (k, N); null: (0, 1), the whole sweep."""
+    if text is None:
+        return 0, 1
+    k, slash, n = str(text).partition("/")
+    if slash and k.strip().isdigit() and n.strip().isdigit() and int(k) < int(n):
+        return int(k), int(n)
+    raise HydraException(f"hydra.sweeper.shard must be k/N with 0 <= k < N, got {text!r}")
+
+
+def _unit(point: Any) -> str:
+    """The unit of work a checked point belongs to, what one share runs whole: its config
+    without the seed where its seeds may train in lock-step (they must stay together), else
+    its own run directory."""
+    import json
+
+    from experiments.workers import sim
+    from experiments.workers.options import lockstep_seeds
+
+    plain = point.config
+    if lockstep_seeds(plain) > 1 and sim.lockstep(plain):
+        return json.dumps(
+            {k: v for k, v in plain.items() if k != "seed"}, sort_keys=True, default=str
+        )
+    return str(point.run_dir)
 
 
 def _plain(value: Any) -> Any:
