@@ -199,18 +199,18 @@ def _environment(**values: str | None):
     """os.environ with `values` set (None: unset) for the processes started inside."""
     saved = {k: os.environ.get(k) for k in values}
     try:
-        for k, v in values.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _put(values)
         yield
     finally:
-        for k, v in saved.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
+        _put(saved)
+
+
+def _put(values: dict[str, str | None]) -> None:
+    for k, v in values.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
 
 
 def _measure(specs: list[dict], workers: int, fresh: bool) -> list[list[dict]]:
