@@ -20,7 +20,7 @@ JOBS ?= 1
 # A preset's sweep (its missing points; every point runs, failures listed at the end), then its
 # report
 SWEEP_ARGS = --scale $(SCALE) --out-root "$(OUT)" $(if $(RESULTS),--results "$(RESULTS)") \
-	$(if $(filter 1 yes true,$(PUBLISH)),--publish) $(if $(filter-out 1,$(JOBS)),--jobs $(JOBS))
+	$(if $(filter 1 yes true,$(PUBLISH)),--publish)$(if $(filter-out 1,$(JOBS)), --jobs $(JOBS))
 # CLUSTER=slurm: the jobs' shape, each passed to every run as its cluster.* key when set
 # (conf/cluster/slurm.yaml; site defaults belong in conf/local/slurm.yaml). Without GPUS_PER_NODE
 # the jobs ask SLURM for no GPU. The paper's tables: NODES=2 GPUS_PER_NODE=8 (16 workers).

@@ -616,15 +616,14 @@ def train_worker(
     lock-step: experiments/workers/sim.py); `shared_calibration`: the seeds' one calibration
     there (sim.SharedCalibration); `progress`: whether rank 0 prints its progress line (None:
     `cfg.progress`; seeds in lock-step: the first seed's only)."""
-    from torch.utils.data import Subset
 
     from algorithms.comm import Comm
     from algorithms.group import ThreadGroup
-    from experiments.data.datasets import eval_batches, load_dataset
+    from experiments.data.datasets import load_dataset, worker_eval_sets
     from experiments.data.partition import make_partition
     from experiments.store.log import make_sinks
     from experiments.training.loop import Checkpointing, LoopSettings, train
-    from experiments.workers.batched import channels_last
+    from experiments.workers.batched import layout
 
     job = job_of(cfg)
     rank, m = worker.rank, worker.world_size
@@ -646,19 +645,10 @@ def train_worker(
 
     in_threads = isinstance(comm.group, ThreadGroup)
     train_loader = worker_loader(job, bundle, shards, rank, in_threads, device)
-    eval_bs = job.eval_batch_size
-    test_full = eval_batches(bundle.test, eval_bs, device, dtype)
-    shard = Subset(bundle.test, range(rank, len(bundle.test), m))
-    test_shard = eval_batches(shard, eval_bs, device, dtype)
     time_budget = job.budget if job.budget.name == "time" else None
-    subset_shard = None
-    if time_budget is not None:  # the points before T are scored on a stratified subset
-        from experiments.data.datasets import eval_subset
-
-        subset = eval_subset(bundle.test, time_budget.eval_images)
-        subset_shard = eval_batches(
-            Subset(subset, range(rank, len(subset), m)), eval_bs, device, dtype
-        )
+    test_full, test_shard, subset_shard = worker_eval_sets(
+        bundle.test, rank, m, job.eval_batch_size, device, dtype, time_budget
+    )
 
     # beyond the dtype's largest number the LR is inf, a diverged run (schedule.py)
     schedule = Schedule.of(job, workers=m, limit=torch.finfo(dtype).max)
@@ -760,10 +750,7 @@ def train_worker(
             result["device"] = _device_label(device)  # provenance.txt names it per report
             # What decides the run's digits (CPU, kernels' ISA, libraries, threads): a reader
             # with other digits tells a platform difference from a defect (fingerprint.py).
-            layout = None  # the batched passes' image layout, where it is not torch's default
-            if batched is not None and batched.grouped and channels_last(dtype, device):
-                layout = "channels_last"
-            result["platform"] = platform_fingerprint(device, layout=layout)
+            result["platform"] = platform_fingerprint(device, layout=layout(batched, dtype, device))
             update_summary(run_dir, final=True, **result)  # completed/diverged: written last
             ckpt.remove(run_dir)
     return result["status"]

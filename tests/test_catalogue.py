@@ -1845,6 +1845,12 @@ add(
         INERT.format("key=value overrides", "with --no-run", "tune_preset"),
     ),
     F(
+        "sweep-jobs-0",
+        "sweep",
+        "demo --jobs 0 --out-root {tmp}/out",
+        r"^error: --jobs must be a whole number >= 1, got 0$",
+    ),
+    F(
         "sweep-unknown-flag-in-one-line",
         "sweep",
         "demo --pubish",
@@ -2498,6 +2504,7 @@ FLAG_ROLES: dict[str, dict[str, str]] = {
         "--publish": "provenance:publish-refuses-runs-of-a-dirty-segment-before-running",
         "--no-run": ACTS,
         "--check": "order:check-alone-runs-nothing",
+        "--jobs": "flags:sweep-jobs-0",
         "overrides": ACTS,  # with --no-run too: the report's --set
     },
     "analysis.verdict_page": {"--help": ACTS, "--results": ACTS, "--out": ACTS},

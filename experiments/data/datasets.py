@@ -316,3 +316,25 @@ def eval_batches(dataset, batch_size: int, device=None, dtype=None) -> list:
             (x[a : a + batch_size], y[a : a + batch_size]) for a in range(0, len(y), batch_size)
         ]
     return [(x.to(device, dtype=dtype), y.to(device)) for x, y in DataLoader(dataset, batch_size)]
+
+
+def worker_eval_sets(
+    test, rank: int, m: int, batch_size: int, device, dtype, time_budget=None
+) -> tuple[list, list, list | None]:
+    """Worker `rank`'s (of `m`) evaluation batches (`eval_batches`): the whole test set (its own
+    model's accuracy), its shard of it (every m-th image from `rank`: the consensus's, counts
+    summed over the workers) and, on a time budget (`time_budget`: the `budget` node, None
+    without one), its shard of the stratified subset of `budget.eval_images` images the points
+    before T are scored on (`eval_subset`); None without a time budget."""
+    from torch.utils.data import Subset
+
+    def shard(dataset) -> list:
+        return eval_batches(
+            Subset(dataset, range(rank, len(dataset), m)), batch_size, device, dtype
+        )
+
+    full = eval_batches(test, batch_size, device, dtype)
+    subset = None
+    if time_budget is not None:
+        subset = shard(eval_subset(test, time_budget.eval_images))
+    return full, shard(test), subset

@@ -552,6 +552,13 @@ def _grouped(model: nn.Module, m: int) -> nn.Module | None:
     return grouped
 
 
+def layout(batched: BatchedSteps | None, dtype: torch.dtype, device: torch.device) -> str | None:
+    """The image layout of a run's batched passes where it is not torch's default (the platform
+    fingerprint's `layout`): "channels_last", or None."""
+    grouped = batched is not None and batched.grouped
+    return "channels_last" if grouped and channels_last(dtype, device) else None
+
+
 def channels_last(dtype: torch.dtype, device: torch.device) -> bool:
     """Whether the grouped passes lay their images out channels-last (NHWC): in float32 on a
     CPU, where oneDNN's grouped convolutions run faster on it (issue 48, measured on 2 cores,
