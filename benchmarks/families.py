@@ -41,7 +41,14 @@ from benchmarks.family_overhead import (
     overlap,
     overlap_overrides,
 )
-from benchmarks.family_runs import TINY_RUN, _wall_of_run, bad_input, sim, workflows
+from benchmarks.family_runs import (
+    TINY_RUN,
+    _timed_run,
+    _wall_of_run,
+    bad_input,
+    sim,
+    workflows,
+)
 from benchmarks.section import (
     HALF_WIDTH,
     MAX_WORKERS,
@@ -76,6 +83,14 @@ __all__ = ["FAMILIES", "HELD_BY_DESIGN", "clock", "closed_form_bytes", "memory",
 __all__ += ["memory_spec", "scaling", "volume", "WIDE_MODEL_NOTE", "OverheadPairs", "_step_row"]
 __all__ += ["overhead", "overhead_pairs", "overlap", "overlap_overrides", "not_emulated"]
 __all__ += ["TINY_RUN"]
-__all__ += ["_wall_of_run", "bad_input", "sim", "workflows", "HALF_WIDTH", "MAX_WORKERS"]
+__all__ += [
+    "_timed_run",
+    "_wall_of_run",
+    "bad_input",
+    "sim",
+    "workflows",
+    "HALF_WIDTH",
+    "MAX_WORKERS",
+]
 __all__ += ["OVERLAP_SEEDS", "Context", "Figure", "Section", "Settings", "_interleaved", "_ms"]
 __all__ += ["_pair_spread", "_pooled_ratio", "cuda_placement", "finite_positive"]

@@ -5,6 +5,7 @@ of bad input without torch (bad_input)."""
 from __future__ import annotations
 
 import time
+from pathlib import Path
 
 from benchmarks import harness as h
 from benchmarks.section import (
@@ -36,6 +37,12 @@ BEFORE = {"COMMSGD_START_METHOD": "spawn", "COMMSGD_EAGER_DYNAMO": "0"}
 
 def _wall_of_run(overrides: list[str], env: dict | None = None) -> float:
     """Seconds from starting `python run.py OVERRIDES` to its exit (a fresh out_root)."""
+    return _timed_run(overrides, env)[0]
+
+
+def _timed_run(overrides: list[str], env: dict | None = None) -> tuple[float, dict]:
+    """`_wall_of_run`, and the summary of its seed-0 run ({} when there is none)."""
+    import json
     import sys
     import tempfile
 
@@ -43,7 +50,9 @@ def _wall_of_run(overrides: list[str], env: dict | None = None) -> float:
         cmd = [sys.executable, "run.py", *h.QUIET, *overrides, f"out_root={out}"]
         t0 = time.perf_counter()
         h.run_command(cmd, timeout=600, env=env)
-        return time.perf_counter() - t0
+        wall = time.perf_counter() - t0
+        first = sorted(Path(out, "runs").glob("*-seed0-*/summary.json"))
+        return wall, json.loads(first[0].read_text()) if first else {}
 
 
 def sim(s: Settings, ctx: Context) -> Section:

@@ -3,12 +3,12 @@ bench's limit rows.
 
 - `matmul_peak`: the machine's fp32 matrix-multiply rate (GFLOP/s), the best of a few square
   products large enough to run at full speed: the ceiling of any convolutional network here.
-- `step_pairs`: the lock-step step (the forward and backward passes of S x m replicas as one
-  grouped pass, experiments/workers/batched.py's own code: `_grouped`, `_side_by_side`, a loss
-  per replica) against the ideal: one plain model of the same structure on the same S x m x B
-  images (a single network's step on the whole batch, which batching many replicas can at best
-  match), timed interleaved in this process; and the plain step's arithmetic rate, from
-  torch's own FLOP count (`torch.utils.flop_counter`), as a share of `matmul_peak`.
+- `StepPair`: the lock-step step (the forward and backward passes of S x m replicas as one
+  grouped pass, experiments/workers/batched.py's own code: `_grouped`, `replica_losses`) against
+  the ideal: one plain model of the same structure on the same S x m x B images (a single
+  network's step on the whole batch, which batching many replicas can at best match), timed
+  interleaved by the quick bench; and the plain step's arithmetic rate, from torch's own FLOP
+  count (`torch.utils.flop_counter`), as a share of `matmul_peak`.
 
 Measured in the bench's own process with the suite's thread rule for seeds in lock-step (every
 core, experiments/workers/sim.py) and its allocator settings (experiments/workers/allocator.py)."""
@@ -19,11 +19,10 @@ import time
 
 import torch
 import torch.nn.functional as F
-from torch.func import functional_call
 from torch.utils.flop_counter import FlopCounterMode
 
 from experiments.training.models import ResNet18
-from experiments.workers.batched import _grouped, _side_by_side, channels_last
+from experiments.workers.batched import _grouped, channels_last, replica_losses
 
 
 def matmul_peak(n: int = 1024, repeats: int = 5) -> float:
@@ -68,14 +67,7 @@ class StepPair:
         t0 = time.perf_counter()
         for p in self.params.values():
             p.grad = None
-        logits = functional_call(
-            self.grouped, (self.params, self.buffers), (_side_by_side(self.x),)
-        )
-        losses = [
-            F.cross_entropy(out, target)
-            for out, target in zip(logits.unflatten(1, (self.k, -1)).unbind(1), self.y, strict=True)
-        ]
-        torch.stack(losses).sum().backward()
+        replica_losses(self.grouped, self.params, self.buffers, self.x, self.y).sum().backward()
         return time.perf_counter() - t0
 
     def plain_step(self) -> float:

@@ -34,7 +34,6 @@ from __future__ import annotations
 import json
 import os
 import sys
-import tempfile
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -459,7 +458,7 @@ def _lockstep_rows(
     lockstep: list[tuple[float, dict]] = []
 
     def together() -> float:
-        wall, summary = _timed_run(["-m", *run, f"seed={seeds}"])
+        wall, summary = f._timed_run(["-m", *run, f"seed={seeds}"])
         lockstep.append((wall, summary))
         return wall
 
@@ -509,18 +508,6 @@ def _lockstep_rows(
         "faster together than each would alone."
     )
     return lockstep
-
-
-def _timed_run(overrides: list[str]) -> tuple[float, dict]:
-    """Seconds from starting `python run.py OVERRIDES` to its exit (a fresh out_root), and the
-    summary of its first run directory (seed 0's)."""
-    with tempfile.TemporaryDirectory(prefix="bench-limit-") as out:
-        cmd = [sys.executable, "run.py", *h.QUIET, *overrides, f"out_root={out}"]
-        t0 = time.perf_counter()
-        h.run_command(cmd, timeout=600)
-        wall = time.perf_counter() - t0
-        first = sorted(Path(out, "runs").glob("*-seed0-*/summary.json"))
-        return wall, json.loads(first[0].read_text()) if first else {}
 
 
 def _limit_rows(table: _Table, sec: f.Section, s: f.Settings, lockstep: list) -> None:
@@ -583,9 +570,10 @@ def _limit_rows(table: _Table, sec: f.Section, s: f.Settings, lockstep: list) ->
         None,
         "new in issue 48 (the width-8 convolutions' floor, not the multiply's)",
     )
-    walls = [w for w, summary in lockstep if summary.get("time/eval_s") is not None]
-    shares = [sm["time/eval_s"] / w for w, sm in lockstep if sm.get("time/eval_s") is not None]
-    efficiency = [sm.get("steps", 0) * ideal / w for w, sm in lockstep if sm]
+    runs = [(w, sm) for w, sm in lockstep if sm.get("time/eval_s") is not None]
+    walls = [w for w, _ in runs]
+    shares = [sm["time/eval_s"] / w for w, sm in runs]
+    efficiency = [sm["steps"] * ideal / w for w, sm in runs]
     for name, values, target, limit_value, full in (
         (ROWS[12], shares, "<= 0.25", 0.25, "new in issue 48; at e57154c: 0.42 (the issue's)"),
         (ROWS[13], efficiency, "", None, "new in issue 48: 1 = every second at the ideal step"),

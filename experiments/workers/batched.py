@@ -366,21 +366,9 @@ class BatchedSteps:
         return vmap(lambda p, b, xx: functional_call(self._base, (p, b), (xx,)))(params, buffers, x)
 
     def _grouped_losses(self, params, buffers, x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
-        """Each replica's mean loss on its batch (x [k, B, C, ...], y [k, B]), computed by the
-        grouped model on the replicas' inputs side by side as channels: [B, k*C, ...]. The
-        same call as the vmapped loss (`_batched`)."""
-        k = y.shape[0]
-        logits = functional_call(
-            self._grouped_model(k), (params, buffers), (_side_by_side(x),)
-        )  # [B, k * classes]
-        # each replica's loss on its own [B, classes]: one kernel over all k x B rows would put
-        # a replica's rows in its vectorised body or its scalar tail depending on k
-        return torch.stack(
-            [
-                F.cross_entropy(out, target)
-                for out, target in zip(logits.unflatten(1, (k, -1)).unbind(1), y, strict=True)
-            ]
-        )
+        """`replica_losses` with the grouped model of k = len(y) replicas. The same call as the
+        vmapped loss (`_batched`)."""
+        return replica_losses(self._grouped_model(y.shape[0]), params, buffers, x, y)
 
     def optimizer_step(self, rank: int, optimizer: torch.optim.Optimizer) -> None:
         """The loop's `optimizer.step()` for worker `rank`. When the m workers' optimizers are
@@ -550,6 +538,24 @@ def _grouped(model: nn.Module, m: int) -> nn.Module | None:
             elif _has_state(child):
                 return None  # a layer with state that no twin covers
     return grouped
+
+
+def replica_losses(
+    grouped: nn.Module, params, buffers, x: torch.Tensor, y: torch.Tensor
+) -> torch.Tensor:
+    """Each replica's mean loss on its batch (x [k, B, C, ...], y [k, B]), computed by `grouped`
+    (k replicas as one model, `_grouped`; its stacked `params` and `buffers`) on the replicas'
+    inputs side by side as channels: [B, k*C, ...] (`_side_by_side`)."""
+    k = y.shape[0]
+    logits = functional_call(grouped, (params, buffers), (_side_by_side(x),))  # [B, k * classes]
+    # each replica's loss on its own [B, classes]: one kernel over all k x B rows would put
+    # a replica's rows in its vectorised body or its scalar tail depending on k
+    return torch.stack(
+        [
+            F.cross_entropy(out, target)
+            for out, target in zip(logits.unflatten(1, (k, -1)).unbind(1), y, strict=True)
+        ]
+    )
 
 
 def layout(batched: BatchedSteps | None, dtype: torch.dtype, device: torch.device) -> str | None:

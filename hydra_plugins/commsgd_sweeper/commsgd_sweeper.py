@@ -289,12 +289,9 @@ class CommsgdSweeper(Sweeper):
         workers are threads of this process (cluster=sim with Hydra's basic launcher) and can
         compute in lock-step (experiments/workers/sim.py, run_lockstep; cluster.lockstep_seeds
         at a time). Returns the points left to the launcher: the others, each alone."""
-        import json
-
         launcher = str(self.config.hydra.launcher.get("_target_", ""))
         if not launcher.endswith("BasicLauncher"):
             return to_launch
-        from experiments.workers import sim
         from experiments.workers.options import lockstep_seeds
 
         groups: dict[str, list[tuple[list[str], Outcome]]] = {}
@@ -302,17 +299,13 @@ class CommsgdSweeper(Sweeper):
         refused: set[str] = set()
         for overrides, outcome in to_launch:
             plain = configs[id(outcome)]
-            if lockstep_seeds(plain) < 2:
+            key = _seed_group(plain)
+            if key is None:
+                if lockstep_seeds(plain) > 1:  # asked for, but the algorithm cannot
+                    refused.add(plain["algorithm"]["name"])
                 alone.append((overrides, outcome))
                 continue
-            if not sim.lockstep(plain):
-                refused.add(plain["algorithm"]["name"])
-                alone.append((overrides, outcome))
-                continue
-            rest = {k: v for k, v in plain.items() if k != "seed"}
-            groups.setdefault(json.dumps(rest, sort_keys=True, default=str), []).append(
-                (overrides, outcome)
-            )
+            groups.setdefault(key, []).append((overrides, outcome))
         if refused:
             print(
                 f"lockstep: {', '.join(sorted(refused))} cannot train seeds in lock-step (its "
@@ -438,21 +431,24 @@ def _shard(text: str | None) -> tuple[int, int]:
     raise HydraException(f"hydra.sweeper.shard must be k/N with 0 <= k < N, got {text!r}")
 
 
-def _unit(point: Any) -> str:
-    """The unit of work a checked point belongs to, what one share runs whole: its config
-    without the seed where its seeds may train in lock-step (they must stay together), else
-    its own run directory."""
+def _seed_group(plain: dict[str, Any]) -> str | None:
+    """The key of the points whose seeds train in lock-step with this one (its resolved config
+    without the seed), or None where it trains alone (cluster.lockstep_seeds 1, or an
+    algorithm or cluster that cannot: experiments/workers/sim.py `lockstep`)."""
     import json
 
     from experiments.workers import sim
     from experiments.workers.options import lockstep_seeds
 
-    plain = point.config
-    if lockstep_seeds(plain) > 1 and sim.lockstep(plain):
-        return json.dumps(
-            {k: v for k, v in plain.items() if k != "seed"}, sort_keys=True, default=str
-        )
-    return str(point.run_dir)
+    if lockstep_seeds(plain) < 2 or not sim.lockstep(plain):
+        return None
+    return json.dumps({k: v for k, v in plain.items() if k != "seed"}, sort_keys=True, default=str)
+
+
+def _unit(point: Any) -> str:
+    """The unit of work a checked point belongs to, what one share runs whole: its lock-step
+    group of seeds (`_seed_group`: they must stay together), else its own run directory."""
+    return _seed_group(point.config) or str(point.run_dir)
 
 
 def _plain(value: Any) -> Any:
