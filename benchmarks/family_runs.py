@@ -81,12 +81,17 @@ def sim(s: Settings, ctx: Context) -> Section:
         ["figure", "workload", "measured", "contrast", "ratio", "per rep", "target"],
     )
     reps = 1 if s.smoke else 3
+    # On a GPU machine the 2 worker processes share its first GPU (gloo on CUDA tensors): one
+    # GPU per worker would refuse a one-GPU machine, as `make gpu-check` found.
+    local = ["cluster=local"]
+    if s.device == "cuda":
+        local += ["cluster.device=cuda", "cluster.workers_per_gpu=2"]
     walls: dict[str, list[float]] = {"sim": [], "local": [], "before": []}
     for _ in range(reps):
         if not s.smoke:  # smoke mode: the two ways of today only
-            walls["before"].append(_wall_of_run([*TINY_RUN, "cluster=local"], BEFORE))
-        walls["local"].append(_wall_of_run([*TINY_RUN, "cluster=local"]))
-        walls["sim"].append(_wall_of_run([*TINY_RUN, "cluster=sim"]))
+            walls["before"].append(_wall_of_run([*TINY_RUN, *local], BEFORE))
+        walls["local"].append(_wall_of_run([*TINY_RUN, *local]))
+        walls["sim"].append(_wall_of_run([*TINY_RUN, "cluster=sim", f"cluster.device={s.device}"]))
     before = h.median(walls["before"] or walls["local"])
     for key, label, target, limit in (
         ("sim", "fixed cost of a run, in-process (s)", "<= 2", 2.0),

@@ -122,6 +122,15 @@ def run(cfg: dict[str, Any], run_dir: Path, bundle, train_worker: Callable) -> b
     return outcome
 
 
+def load_cuda_linalg(device: torch.device) -> None:
+    """Load CUDA's linear-algebra library from this thread, before the workers' threads start.
+    Its lazy loader is not thread-safe: two threads' first `torch.linalg` call on a GPU raise
+    "lazy wrapper should be called at most once" (pytorch/pytorch#90613, seen in `make
+    gpu-check`: PowerSGD's `torch.linalg.qr` in 4 worker threads). Nothing on the CPU."""
+    if device.type == "cuda":
+        torch.linalg.qr(torch.eye(2, device=device))
+
+
 def lockstep(cfg: dict[str, Any], device: torch.device | None = None) -> bool:
     """Whether the runs of `cfg` and of its other seeds can train in lock-step, one batched
     pass for all (`run_lockstep`): the workers' batched passes are wanted (batched.py), which
@@ -165,6 +174,7 @@ def run_lockstep(
     first = runs[0][0]
     m = first["workers"]
     device = device_of(first)
+    load_cuda_linalg(device)
     timeout = float(first["dist_timeout_s"])
     if any(cfg["workers"] != m for cfg, _, _ in runs):
         raise ValueError("runs in lock-step have the same number of workers")
