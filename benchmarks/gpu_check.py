@@ -48,6 +48,14 @@ class Check:
     error: str = ""
 
 
+class Partly(Exception):
+    """A check some of whose parts failed: `measured` holds every part's line, passed or not."""
+
+    def __init__(self, measured: list[str]):
+        super().__init__("; ".join(line for line in measured if "FAILED" in line))
+        self.measured = measured
+
+
 class Budget:
     def __init__(self, seconds: float):
         self.end = time.perf_counter() + seconds
@@ -270,16 +278,22 @@ def check_algorithms(budget: Budget) -> list[str]:
                                                            "cluster.device=cuda"]),
     ):  # fmt: skip
         t0 = time.perf_counter()
-        runs = h.suite(
-            [*SMOKE, *overrides, f"algorithm={','.join(names)}"],
-            multirun=True,
-            timeout=budget.timeout(300),
-        )
+        try:  # one part's failure must not hide whether the other passed
+            runs = h.suite(
+                [*SMOKE, *overrides, f"algorithm={','.join(names)}"],
+                multirun=True,
+                timeout=budget.timeout(300),
+            )
+        except RuntimeError as e:
+            out.append(f"{label}: FAILED: {str(e).strip().splitlines()[-1][:200]}")
+            continue
         done = sorted(r.config["algorithm"]["name"] for r in runs)
         assert done == sorted(names), (done, names)
         out.append(
             f"{label}: all {len(names)} algorithms completed ({time.perf_counter() - t0:.0f} s)"
         )
+    if any("FAILED" in line for line in out):
+        raise Partly(out)
     return out
 
 
@@ -304,11 +318,20 @@ def check_bench(budget: Budget) -> list[str]:
         out_md = Path(tmp) / "RESULTS-gpu-smoke.md"
         cmd = [sys.executable, "-m", "benchmarks", "--device", "cuda", "--smoke", "--out",
                str(out_md)]  # fmt: skip
-        h.run_command(cmd, timeout=budget.timeout(300))
+        try:
+            h.run_command(cmd, timeout=budget.timeout(300))
+        except RuntimeError:
+            if not out_md.with_suffix(".json").exists():
+                raise
         figures = json.loads(out_md.with_suffix(".json").read_text())
     n = sum(len(sec["figures"]) for sec in figures["sections"].values())
-    return [f"python -m benchmarks --device cuda --smoke: {len(figures['sections'])} families, "
-            f"{n} figures, no error"]  # fmt: skip
+    out = [f"python -m benchmarks --device cuda --smoke: {len(figures['sections'])} families, "
+           f"{n} figures"]  # fmt: skip
+    failed = figures.get("errors") or {}
+    out += [f"{name}: FAILED: {err.strip().splitlines()[-1][:200]}" for name, err in failed.items()]
+    if failed:
+        raise Partly(out)
+    return out
 
 
 CHECKS: list[tuple[str, Callable[[Budget], list[str]]]] = [
@@ -365,6 +388,10 @@ def main(argv: list[str] | None = None) -> int:
         try:
             check.measured = fn(budget)
             check.status = "ok"
+        except Partly as e:
+            check.measured, check.status = e.measured, "FAILED"
+            check.error = traceback.format_exc()
+            print(check.error, file=sys.stderr, flush=True)
         except Exception:
             check.status = "FAILED"
             check.error = traceback.format_exc()

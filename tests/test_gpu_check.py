@@ -67,3 +67,28 @@ def test_the_report_lists_every_check_with_its_status():
     assert "| every algorithm | FAILED | 3 | AssertionError: boom |" in text
     assert "| dtypes | skipped (budget) | 0 |  |" in text
     assert "## every algorithm: failed" in text
+
+
+def test_a_failed_part_keeps_the_parts_that_passed(monkeypatch):
+    """The first GPU check (an H100, 2026-12-06) lost the 2-process part's line when the
+    in-process part failed: each part now says whether it passed, and the check fails."""
+    import algorithms
+    from benchmarks import gpu_check
+    from benchmarks import harness as h
+
+    class Run:
+        def __init__(self, name):
+            self.config = {"algorithm": {"name": name}}
+
+    def suite(overrides, **_):
+        if "cluster=sim" in overrides:
+            raise RuntimeError("run.py -m ...\nexit 1:\nerror: algorithm=powersgd: worker 2 failed")
+        return [Run(name) for name in algorithms.REGISTRY]
+
+    monkeypatch.setattr(h, "suite", suite)
+    with pytest.raises(gpu_check.Partly) as e:
+        gpu_check.check_algorithms(gpu_check.Budget(60))
+    first, second = e.value.measured
+    assert first.startswith("2 processes, gloo on CUDA tensors: all ")
+    assert second.startswith("4 in-process workers (cluster=sim) on the GPU: FAILED: error: ")
+    assert "powersgd" in second
