@@ -136,6 +136,7 @@ MODULES = {
     "verify": "analysis.verify",
     "tune_preset": "analysis.tune_preset",
     "wandb_report": "analysis.wandb_report",
+    "verdict_page": "analysis.verdict_page",
 }
 
 

@@ -2393,6 +2393,14 @@ add(
 )
 
 
+# --- issue 50: the results tools (their cases in a module each) -------------------------------
+
+from tests import catalogue_pages, catalogue_recompute, catalogue_tuning, catalogue_verify  # noqa: E402
+
+for _module in (catalogue_recompute, catalogue_verify, catalogue_pages, catalogue_tuning):
+    add(*_module.CASES)
+
+
 # --- the test ---------------------------------------------------------------------------------
 
 
