@@ -187,6 +187,20 @@ def normalized_argv(argv: list[str]) -> list[str]:
         args = parser.parse_intermixed_args(argv)
     except argparse.ArgumentError as e:
         refuse(str(e))
+    # Hydra allows one mode (it raises a ValueError, a traceback, on `-m --cfg job`)
+    modes = [
+        flag
+        for flag, given in (
+            ("-m", args.multirun),
+            ("--run", getattr(args, "run", False)),
+            ("--cfg", args.cfg),
+            ("--info", args.info),
+            ("--shell-completion", getattr(args, "shell_completion", False)),
+        )
+        if given
+    ]
+    if len(modes) > 1:
+        refuse(f"{' and '.join(modes)} cannot be given together: one of -m, --cfg, --info")
     # Hydra's flags that act only with another (Hydra raises on --resolve alone, a traceback,
     # and ignores --package without --cfg or --info)
     if args.resolve and not (args.cfg or args.help):

@@ -206,11 +206,16 @@ def write_claims(
 ) -> Path:
     """Write `claims.md` into `out_dir`, and `claims.json` beside it (`ClaimResult.as_dict`
     per claim: what results/README.md is made of, analysis/verdict_page.py)."""
+    from experiments.store.records import write_text_atomic
+
     path = Path(out_dir) / "claims.md"
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(claims_markdown(results, title) + "\n")
+    # each file whole or not at all, wherever it is called from (issue 50)
+    write_text_atomic(path, claims_markdown(results, title) + "\n")
     data = {"title": title, "claims": [r.as_dict() for r in results]}
-    (path.parent / "claims.json").write_text(json.dumps(data, indent=1, allow_nan=False) + "\n")
+    write_text_atomic(
+        path.parent / "claims.json", json.dumps(data, indent=1, allow_nan=False) + "\n"
+    )
     return path
 
 

@@ -40,7 +40,7 @@ from typing import Any
 
 import yaml
 
-from analysis.load import read_config, read_metrics, read_summary
+from analysis.load import METRIC_KEYS, read_config, read_metrics, read_summary
 from experiments.errors import UserError
 from experiments.store import records as run_records
 from experiments.store.provenance import public_path
@@ -147,14 +147,19 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
     """The records of a `runs.jsonl.gz`; a UserError naming the file (and the line) when it is
     not one."""
     path = Path(path)
+    if path.is_dir():
+        raise UserError(f"{path}: a directory, not a records file")
     if not path.is_file():
         raise UserError(f"no records file {path}")
+    if path.stat().st_size == 0:
+        raise UserError(f"{path}: empty (0 bytes), not a gzip-compressed JSON-lines file")
     try:
         with gzip.open(path, "rt", encoding="utf-8") as f:
             lines = f.read().splitlines()
     except (OSError, EOFError, UnicodeDecodeError) as error:
         raise UserError(f"{path}: not a gzip-compressed JSON-lines file ({error})") from None
-    records = []
+    records: list[dict[str, Any]] = []
+    seen: set[str] = set()
     for number, line in enumerate(lines, start=1):
         try:
             record = json.loads(line)
@@ -167,8 +172,58 @@ def read_records(path: str | os.PathLike) -> list[dict[str, Any]]:
         ]
         if missing:
             raise UserError(f"{path}:{number}: not a run record (no {', '.join(missing)})")
+        wrong = _wrong_field(record)
+        if wrong:
+            raise UserError(f"{path}:{number}: not a run record ({wrong})")
+        if record["run"] in seen:
+            raise UserError(f"{path}:{number}: run {record['run']} is recorded twice")
+        seen.add(record["run"])
         records.append(record)
     return records
+
+
+# The summary's values the checks compute with (analysis/verify.py): numbers, or null.
+SUMMARY_NUMBERS = (
+    "final/test_acc", "final/test_acc_local", "best/test_acc", "final/train_loss", "steps",
+    "comm/bytes", "budget/time_s", "compute/step_time_s", "compute/algo_time_s",
+)  # fmt: skip
+
+
+def _is_number(value: Any) -> bool:
+    return value is None or (isinstance(value, int | float) and not isinstance(value, bool))
+
+
+def _wrong_field(record: dict[str, Any]) -> str | None:
+    """What makes `record` no run record a report or a rerun can use (a field of the wrong
+    type, a run name that would lead out of its folder), in a few words; None when it is one."""
+    kind = run_records.kind
+    run = record["run"]
+    if not isinstance(run, str) or not run or "\0" in run:
+        return f"run is {kind(run)}, not a run's name"
+    if run.startswith("/") or ".." in run.split("/"):
+        return f"run {run!r} is not a path below the runs root"
+    for key, want in (("config", dict), ("summary", dict), ("metrics", list)):
+        if not isinstance(record[key], want):
+            return f"{run}: {key} is {kind(record[key])}, not {kind(want())}"
+    overrides = record.get("overrides", [])
+    if not isinstance(overrides, list) or not all(isinstance(o, str) for o in overrides):
+        return f"{run}: overrides is not a list of strings"
+    summary = record["summary"]
+    if not isinstance(summary.get("status"), str):
+        return f"{run}: summary.status is {kind(summary.get('status'))}, not a string"
+    for key in SUMMARY_NUMBERS:
+        if not _is_number(summary.get(key)):
+            return f"{run}: summary.{key} is {kind(summary[key])}, not a number"
+    for key, want in (("platform", dict), ("identity", str)):
+        if summary.get(key) is not None and not isinstance(summary[key], want):
+            return f"{run}: summary.{key} is {kind(summary[key])}, not {kind(want())}"
+    for i, row in enumerate(record["metrics"], start=1):
+        if not isinstance(row, dict):
+            return f"{run}: metrics row {i} is {kind(row)}, not an object"
+        bad = next((k for k in METRIC_KEYS if not _is_number(row.get(k))), None)
+        if bad:
+            return f"{run}: metrics row {i}: {bad} is {kind(row[bad])}, not a number"
+    return None
 
 
 def write_run_dir(record: dict[str, Any], root: str | os.PathLike) -> Path:

@@ -43,8 +43,13 @@ A flag that acts only with another (`--scale`, `--set`, `--out-root`, `--conf` w
 
 All at once: the report is written into a new folder beside OUT_DIR, which replaces OUT_DIR only
 once it is complete (`staged_report`); a failure meanwhile (a full disk, an OUT_DIR that is a
-file, a signal) leaves the previous report, or nothing, and says so in one line (exit code 2,
-130 for Ctrl-C). An OUT_DIR holding more than a report keeps its other files.
+file, a signal) leaves the previous report, or nothing, and says so in one line (exit code 2;
+for a signal 128 + N: 130 for Ctrl-C, 143 for SIGTERM). An OUT_DIR holding more than a report
+keeps its other files. Refused in one line before any work (exit code 2): an OUT_DIR that is a
+file, is or lies in a RUNS_ROOT or holds one (the report would replace its own input), and for
+a plain report a folder holding a preset's result (claims.json, provenance.txt: replaced
+whole by a report without them, the result would be lost), and for a preset's report a folder
+holding another preset's or scale's result (its provenance.txt says which).
 """
 
 from __future__ import annotations
@@ -59,7 +64,7 @@ if __name__ == "__main__":  # a stop while the analysis imports (seconds): one l
         name = _signal.Signals(signum).name
         what = "interrupted by Ctrl-C" if name == "SIGINT" else f"stopped by {name}"
         print(f"error: {what} before the report started: nothing written", file=sys.stderr)
-        os._exit(130 if name == "SIGINT" else 2)
+        os._exit(128 + signum)  # the shell's code of the signal: 130 for Ctrl-C
 
     for _name in ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2"):
         _signal.signal(getattr(_signal, _name), _stop_early)
@@ -99,7 +104,9 @@ from analysis.report_figures import FIGURE_KEYS, FIGURES, draw_figures, on_time_
 from analysis.report_staging import (
     ReportStopped,
     _Signalled,
+    check_out,
     moved,
+    out_folder,
     staged_report,
     stops_raised,
 )
@@ -315,7 +322,11 @@ def _report_experiment(
     )
     table.attrs["note"] = split.note() if split.added else None
     # the preset's lines under the table, then at which base LR the rows ran (analysis/rates.py)
-    table.attrs["notes"] = [*_as_list(node.get("notes"), ()), *rate_lines(finished, rows)]
+    table.attrs["notes"] = [
+        *_as_list(node.get("notes"), ()),
+        *rate_lines(finished, rows),
+        *_platform_note(finished),
+    ]
     table.attrs["why_not_converged"] = dict(node.get("why_not_converged") or {})
     # Computed before anything is written, so a run record it cannot use stops the report whole.
     scaling = scaling_table(finished, rows) if kind == "scaling" else None
@@ -569,6 +580,21 @@ def _commits_of_runs(runs: Any) -> list[list[str]]:
     return out
 
 
+def _platform_note(finished: Any) -> list[str]:
+    """A line under the table when its runs were computed on more than one platform (issue 50:
+    `cluster.lockstep_seeds=1`, another thread count or image layout gives a float32 run other
+    last digits under the same run identity, which names what is computed, not how)."""
+    column = "summary.platform.key"
+    keys = finished[column].dropna().unique() if column in finished.columns else ()
+    if len(keys) <= 1:
+        return []
+    return [
+        f"The runs were computed on {len(keys)} platforms (provenance.txt, `platform`: thread "
+        "counts, image layouts): a float32 run's last digits may differ from one to another "
+        '(docs/cluster.md, "Seeds in lock-step").'
+    ]
+
+
 def _platforms(records: Sequence[Mapping[str, Any]]) -> str:
     """ "[key] CPU; ATen ...; ... (30 runs)": each platform fingerprint of the finished runs
     among `records` (experiments/store/fingerprint.py), with its count."""
@@ -598,17 +624,17 @@ def _run_commits(runs: Any) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """CLI entry: 0 on success, 2 with a one-line `error: ...` on stderr for a user error, a
-    full disk or a stop signal (130 for Ctrl-C); the report in --out is then the previous one,
-    or none (`staged_report`)."""
+    """CLI entry: 0 on success, 2 with a one-line `error: ...` on stderr for a user error or a
+    full disk, 128 + N for a stop signal N (130 for Ctrl-C); the report in --out is then the
+    previous one, or none (`staged_report`)."""
     try:
-        with stops_raised():
+        with stops_raised(program=__name__ == "__main__"):
             return _main(argv)
     except (_Signalled, KeyboardInterrupt) as stop:  # before the report began, or after it
         name = getattr(stop, "name", "SIGINT")
         what = "interrupted by Ctrl-C" if name == "SIGINT" else f"stopped by {name}"
         print(f"error: {what} (no report was being written)", file=sys.stderr)
-        return 130 if name == "SIGINT" else 2
+        return 128 + int(getattr(_signal, name))
 
 
 def _main(argv: Sequence[str] | None) -> int:
@@ -618,7 +644,7 @@ def _main(argv: Sequence[str] | None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("roots", nargs="+", type=Path, metavar="RUNS_ROOT")
-    parser.add_argument("--out", required=True, type=Path, metavar="OUT_DIR")
+    parser.add_argument("--out", required=True, type=out_folder, metavar="OUT_DIR")
     parser.add_argument("--name", default="table", help="stem of the table files")
     add_preset_arguments(parser, "report the preset NAME: its runs, grid and claims")
     parser.add_argument(
@@ -658,6 +684,11 @@ def _main(argv: Sequence[str] | None) -> int:
     if args.conf is None:
         args.conf = CONF_DIR
     command = command_line(list(argv) if argv is not None else sys.argv[1:], args.out_root)
+    try:
+        check_out(args.out, args.roots, not plain, args.experiment, args.scale)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 2
     try:
         # A damaged run record is left out with one `warning:` line naming its file. The report
         # is written into a folder of its own beside --out, which replaces --out once complete.

@@ -41,17 +41,84 @@ STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2")
 
 class ReportStopped(Exception):
     """A report ended before it was complete (a signal, a full disk): nothing of it is left,
-    and the previous report in --out stays. `code`: the exit code (130 for Ctrl-C, else 2)."""
+    and the previous report in --out stays. `code`: the exit code (2 for a full disk; for a
+    stop the shell's code of its signal, 128 + N: 130 for Ctrl-C, 143 for SIGTERM)."""
 
     def __init__(self, message: str, code: int = 2):
         super().__init__(message)
         self.code = code
 
 
+# What a preset's report writes and a plain one does not: a folder holding one is a preset's
+# result, which a plain report, replacing the folder whole, would delete.
+PRESET_FILES = ("claims.json", "provenance.txt")
+
+
+def out_folder(text: str) -> Path:
+    """An --out folder argument (argparse `type`): an empty one is refused, not read as `.`
+    (the current folder, where the report's files would land among someone else's)."""
+    import argparse
+
+    if not text.strip():
+        raise argparse.ArgumentTypeError("is empty: name a folder")
+    return Path(text)
+
+
 def _check_out(out: Path) -> None:
     """--out must name a folder (or nothing yet)."""
     if out.exists() and not out.is_dir():
         raise UserError(f"--out {out} is a file, not a folder: name a folder for the report")
+
+
+def check_out(
+    out: Path,
+    roots: list[Path],
+    preset: bool,
+    experiment: str | None = None,
+    scale: str | None = None,
+) -> None:
+    """Refuse, before any work, an --out the report would destroy its input or a result with
+    (class 1 of issue 50): one that is or lies in a RUNS_ROOT, or holds one (a result's
+    `runs.jsonl.gz`: the report, replacing --out, would delete the records it reads); for a
+    plain report (`preset` False), a folder holding a preset's result (`PRESET_FILES`), which it
+    would replace by a report without them; for the report of preset `experiment` at `scale`,
+    a folder holding another preset's or scale's result (its provenance.txt says which)."""
+    _check_out(out)
+    here = out.resolve()
+    for root in roots:
+        there = root.resolve()
+        if here == there or here.is_relative_to(there) or there.is_relative_to(here):
+            raise UserError(
+                f"--out {out} holds or lies in the runs root {root} the report reads: the report "
+                "would replace its own input; name another folder"
+            )
+    if preset and experiment and (out / "provenance.txt").is_file():
+        held = _provenance_of(out / "provenance.txt")
+        mine = {"experiment": experiment, **({"scale": scale} if scale else {})}
+        other = {k: held.get(k) for k in mine if held.get(k) != mine[k]}
+        if other:
+            said = ", ".join(f"{k} {v or '(none)'}" for k, v in other.items())
+            raise UserError(
+                f"--out {out} holds the result of {said} (its provenance.txt): a report of "
+                f"{experiment} would replace it; name that result's own folder or another"
+            )
+    if not preset and out.is_dir():
+        held = [name for name in PRESET_FILES if (out / name).exists()]
+        if held:
+            raise UserError(
+                f"--out {out} holds a preset's result ({', '.join(held)}): a plain report would "
+                "replace it without them; name another folder (or report the preset: "
+                "--experiment NAME)"
+            )
+
+
+def _provenance_of(path: Path) -> dict[str, str]:
+    """The `key: value` lines of a result's provenance.txt ({} when it cannot be read)."""
+    try:
+        lines = path.read_text().splitlines()
+    except (OSError, UnicodeDecodeError):
+        return {}
+    return dict(line.split(": ", 1) for line in lines if ": " in line)
 
 
 def _report_folder(out: Path, name: str) -> bool:
@@ -106,8 +173,8 @@ def staged_report(out: str | os.PathLike, name: str = "table"):
                 release(held)
         except (KeyboardInterrupt, _Signalled) as stop:
             name_ = getattr(stop, "name", "SIGINT")
-            code = 130 if name_ == "SIGINT" else 2
-            what = "interrupted by Ctrl-C" if code == 130 else f"stopped by {name_}"
+            code = 128 + int(getattr(signal, name_))  # the shell's code: 130 for Ctrl-C
+            what = "interrupted by Ctrl-C" if name_ == "SIGINT" else f"stopped by {name_}"
             if published:
                 raise ReportStopped(f"{what} once the report was in {out}", code) from None
             raise ReportStopped(f"{what}: {kept}", code) from None
@@ -121,9 +188,11 @@ def staged_report(out: str | os.PathLike, name: str = "table"):
 
 
 @contextlib.contextmanager
-def stops_raised():
+def stops_raised(program: bool = False):
     """Around a command: each stop signal (STOP_SIGNALS) raises `_Signalled` in the main
-    thread (`staged_report` turns it into a ReportStopped); the previous handlers after."""
+    thread (`staged_report` turns it into a ReportStopped); the previous handlers after, or,
+    for the command's own process (`program`), the stops ignored: it ends next, and a stop
+    then has nothing left to stop (an in-process caller, recompute, keeps its handlers)."""
     import signal
 
     if not threading_main():
@@ -137,8 +206,6 @@ def stops_raised():
     try:
         yield
     finally:
-        # the command's own process ends next: a stop then has nothing left to stop
-        program = __name__ == "__main__"
         for sig, handler in previous.items():
             signal.signal(sig, signal.SIG_IGN if program else handler)
 

@@ -16,24 +16,39 @@ gets one line:
 
 and with `--experiment` (a preset of conf/experiment/), the preset's grid points that have no run
 directory at all are listed as `missing`. `--check` exits 1 unless every run (and point) is
-completed or diverged.
+completed or diverged; with `--check`, a root holding no run at all (nothing checked) is one
+`error:` line and exit code 1 too.
+
+It only reads: nothing is written or deleted. Exit codes: 0 (listed; with `--check`, every run
+finished), 1 (`--check`: a run unfinished, a point missing, or no run at all), 2 (bad input: a
+root that is not a directory, an unknown preset; one `error:` line), 128 + N for a stop (130
+for Ctrl-C, 143 for SIGTERM: one `error:` line, analysis/stops.py). A damaged record is never
+an error of the command: its run is listed `failed` with the file and why.
 """
 
 from __future__ import annotations
 
-import argparse
-import math
-import os
 import sys
-import time
-import warnings
-from collections import Counter
-from pathlib import Path
-from typing import Any
 
-from analysis.load import RecordWarning, one_line_warnings
-from experiments.errors import UserError, one_line_errors, refuse_inert_flags
-from experiments.store.records import DamagedRecord, read_json_object
+if __name__ == "__main__":  # a stop while pandas imports (seconds): one line
+    from analysis.stops import stop_early
+
+    stop_early("status")
+
+import argparse  # noqa: E402 - after the stop handlers above
+import math  # noqa: E402
+import os  # noqa: E402
+import stat  # noqa: E402
+import time  # noqa: E402
+import warnings  # noqa: E402
+from collections import Counter  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from analysis.load import RecordWarning, one_line_warnings  # noqa: E402
+from analysis.stops import stoppable  # noqa: E402
+from experiments.errors import UserError, one_line_errors, refuse_inert_flags  # noqa: E402
+from experiments.store.records import DamagedRecord, read_json_object  # noqa: E402
 
 STATUSES = ("completed", "diverged", "running", "failed", "missing")
 
@@ -53,7 +68,18 @@ def run_dirs(root: Path) -> list[Path]:
 def _json(path: Path) -> dict:
     """A record file that must hold a JSON object: the records' own validated reader
     (experiments/store/records.py); a DamagedRecord saying what is wrong."""
+    _regular(path)
     return read_json_object(path)
+
+
+def _regular(path: Path) -> None:
+    """A DamagedRecord unless `path` is a regular file: a FIFO or a device in a record's place
+    would block the reader (or never end), a directory is not a record."""
+    mode = path.stat().st_mode  # FileNotFoundError: the caller's (no such record)
+    if stat.S_ISDIR(mode):
+        raise DamagedRecord(path, "a directory, not a file")
+    if not stat.S_ISREG(mode):
+        raise DamagedRecord(path, "not a regular file")
 
 
 def _heartbeat(run_dir: Path) -> tuple[dict | None, str]:
@@ -127,8 +153,9 @@ def run_status(run_dir: Path, stale_after_s: float, now: float | None = None) ->
 def _blank(path: Path) -> bool:
     """Whether `path` exists without a line (0 bytes, or blank)."""
     try:
+        _regular(path)
         return not path.read_bytes().strip()
-    except OSError:
+    except (OSError, DamagedRecord):
         return False
 
 
@@ -165,6 +192,7 @@ def missing_points(root: Path, experiment: str, scale: str | None, runs: list[Pa
     return out
 
 
+@stoppable("status", "it only reads: nothing was written")
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.status", description=__doc__)
     parser.add_argument("root", help="a runs root, e.g. outputs/runs or outputs/table1/runs")
@@ -201,6 +229,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
+    if args.check and not lines:  # a check of nothing passes nothing
+        print(f"error: no runs under {root}: --check checked nothing", file=sys.stderr)
+        return 1
     width = max((len(name) for _, name, _ in lines), default=0)
     for status, name, detail in sorted(lines, key=lambda x: (STATUSES.index(x[0]), x[1])):
         print(f"{status:<10} {name:<{width}}  {detail}".rstrip())

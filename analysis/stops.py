@@ -1,11 +1,12 @@
 """Ctrl-C and the stop signals in the results commands (recompute, verify, verdict_page,
 wandb_report, tune_preset, status): one `error:` line on stderr, no traceback, and the exit code
 a shell gives a process that signal ended: 130 for Ctrl-C, 128 + N for signal N (143 for
-SIGTERM, 129 for SIGHUP). What the command had finished before the stop stays; what it was doing
-is not recorded as a result (each command's files are written atomically: a stop leaves the
-previous file, or none). analysis/report.py keeps its own stops (its report is staged whole,
-analysis/report_staging.py) and the sweep driver its own (experiments/sweep.py: it passes the
-stop on to its runs).
+SIGTERM, 129 for SIGHUP). A reader that went away (`python -m analysis.status | head`) ends the
+command quietly with 141, as SIGPIPE would. What the command had finished before the stop stays;
+what it was doing is not recorded as a result (each command's files are written atomically: a
+stop leaves the previous file, or none). analysis/report.py keeps its own stops (its report is
+staged whole, analysis/report_staging.py) and the sweep driver its own (experiments/sweep.py: it
+passes the stop on to its runs).
 
     @stoppable("recompute")
     def main(argv=None) -> int: ...
@@ -81,12 +82,25 @@ def stoppable(command: str, unfinished: str = UNFINISHED) -> Callable:
                 signum = signal.SIGINT
             except Stopped as stop:
                 signum = stop.signum
+            except BrokenPipeError:  # the reader went away (`| head`): no traceback, no word
+                _quiet_stdout()
+                return exit_code(signal.SIGPIPE)
             print(said(command, signum, unfinished), file=sys.stderr, flush=True)
             return exit_code(signum)
 
         return wrapper
 
     return wrap
+
+
+def _quiet_stdout() -> None:
+    """stdout onto /dev/null: Python's flush at exit would raise BrokenPipeError again (the
+    recipe of Python's signal documentation, "Note on SIGPIPE")."""
+    try:
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+    except (OSError, ValueError):  # no file descriptor (a test's captured stdout)
+        pass
 
 
 def stop_early(command: str) -> None:

@@ -19,12 +19,20 @@ in time too: among them the better mean accuracy wins. Without this a 0.07 s dif
 virtual clock at the same epoch picked the lowest LR of a flat grid (LOSP at fmnist). A
 diverged run counts as accuracy 0, as in the claims. A choice at the grid's edge is flagged
 (`edge: true`): a wider grid might do better there.
+
+What it writes: the one tuning file (`--out`, default conf/tuned/<scale>.yaml), whole and at
+once (a temporary file renamed over it: a stop or a full disk leaves the previous file). An
+`--out` that is a directory, not a .yaml file, inside the runs it reads, inside the checkout's
+committed results/, or an existing file that is not a tuning file is refused in one line before
+any work (`check_out`). Exit codes: 0 written; 2 bad input (no finished runs, runs of two
+settings, a bad `--out`); 130 Ctrl-C, 128 + N signal N (analysis/stops.py), nothing written.
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+import os
 import sys
 from collections.abc import Sequence
 from datetime import datetime, timezone
@@ -37,10 +45,11 @@ import yaml
 from analysis.compare import run_values, varying_columns
 from analysis.load import TAU_LESS, load_runs, load_summaries
 from analysis.report import git_commit
+from analysis.stops import stoppable
 from analysis.tables import ACC as EVAL_ACC
 from analysis.tables import TIME, time_to_target
-from experiments.config.tuned import tuned_path
-from experiments.errors import UserError
+from experiments.config.tuned import TUNED_DIR, tuned_path
+from experiments.errors import OutputError, UserError, one_line_errors
 from experiments.store.provenance import REPO, command_line, relative_path
 
 RULE = (
@@ -179,10 +188,61 @@ HEADER = """\
 
 
 def write_tuned(document: dict[str, Any], path: str | Path) -> Path:
+    """Write the tuning `document` to `path` whole and at once (a reader, or a run composing its
+    config meanwhile, sees the previous file or the new one, never a torn one); a UserError
+    (one line) when it cannot be written."""
+    from experiments.store.records import write_text_atomic
+
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
     body = yaml.safe_dump(document, sort_keys=False, default_flow_style=False, width=100)
-    path.write_text(HEADER + body)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        write_text_atomic(path, HEADER + body)
+    except OSError as e:
+        raise UserError(f"cannot write {path}: {e.strerror or e}") from None
+    except OutputError as e:
+        raise UserError(str(e)) from None
+    return path
+
+
+def is_tuning_file(path: Path) -> bool:
+    """Whether the existing file `path` is a tuning file this suite wrote (a YAML mapping with
+    its `lr` and `rule`), so that overwriting it is a retune."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return False
+    return isinstance(data, dict) and isinstance(data.get("lr"), dict) and "rule" in data
+
+
+def check_out(out: str | Path, inputs: Sequence[str | Path] = ()) -> Path:
+    """The tuning file `out` may be written: a UserError (one line) before any work when it is
+    a directory, not a .yaml file, inside one of `inputs` (the runs it is chosen from), inside
+    the checkout's committed results/, an existing file that is not a tuning file (a damaged
+    one in conf/tuned/ may be replaced: that is a retune), or in a folder that cannot be
+    written. The path, absolute."""
+    path = Path(out).expanduser().absolute()
+    if path.is_dir():
+        raise UserError(f"--out {out} is a directory: name the tuning file (.yaml) to write")
+    if path.suffix not in (".yaml", ".yml"):
+        raise UserError(f"--out {out} is not a .yaml file: the tuning file is YAML")
+    for root in inputs:
+        root = Path(root).absolute()
+        if path == root or root in path.parents:
+            raise UserError(f"--out {out} is inside the runs it reads ({root}): write it elsewhere")
+    results = REPO / "results"
+    if results in path.resolve().parents:
+        raise UserError(f"--out {out} is inside the checkout's committed results/: not a result")
+    tuned = path.resolve().parent == TUNED_DIR or TUNED_DIR in path.resolve().parents
+    if (path.exists() or path.is_symlink()) and not (tuned or is_tuning_file(path)):
+        raise UserError(f"--out {out} exists and is not a tuning file: it is not overwritten")
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        raise UserError(f"--out {out}: {folder} is a file, not a folder")
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: {folder} cannot be written")
     return path
 
 
@@ -292,16 +352,22 @@ def print_choices(document: dict[str, Any], path: Path) -> None:
     print(f"wrote {relative_path(path, REPO)}")
 
 
+@stoppable("analysis.tune", "nothing was written")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.tune", description=__doc__)
     parser.add_argument("roots", nargs="+", help="folders holding the tune runs")
     parser.add_argument("--scale", default="cpu")
     parser.add_argument("--out", help="default: conf/tuned/<scale>.yaml")
     parser.add_argument("--command", help="the command recorded in the file (default: this one)")
+    one_line_errors(parser)
     args = parser.parse_args(argv)
     try:
+        for root in args.roots:
+            if not Path(root).is_dir():
+                raise UserError(f"{root}: no such folder of tune runs")
+        out = check_out(args.out or tuned_path(args.scale), args.roots)
         command = args.command or command_line(sys.argv[1:], module="analysis.tune")
-        path, document = tune(args.roots, args.scale, args.out, command)
+        path, document = tune(args.roots, args.scale, out, command)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
@@ -310,4 +376,7 @@ def main(argv: Sequence[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
+    from analysis.stops import stop_early
+
+    stop_early("analysis.tune")  # (pandas imports for seconds; set before main)
     sys.exit(main())

@@ -25,19 +25,36 @@ the preset's file, else the scale's). A choice at the grid's edge extends that m
 one point (x2 or /2) and runs it, at most MAX_EXTEND times, so every committed choice lies
 inside its grid (a choice still at an edge after that is flagged `edge: true` and said). The
 runs go to `<out-root>/tune/<preset>/runs`; rerunning resumes (finished points are skipped).
+
+What it writes and when: the runs (run.py's records), each round's choice beside them
+(`<out-root>/tune/<preset>/tuned.yaml`), and the tuning file only at the end, once every
+algorithm's every grid point has all its seeds (a failed point is an error naming it: a choice
+made without it would be committed as if it had run), whole and at once (analysis.tune's
+`write_tuned`: a stop or a full disk leaves the previous file). `--no-run` chooses from the runs
+that finished and names in a `warning:` line the algorithms it found none of. `--out` (and
+`--out-root`) are checked before any work (analysis.tune's `check_out`: not a directory, a
+non-tuning file, the runs it reads or the committed results/).
+
+A stop (Ctrl-C, SIGTERM, SIGHUP, SIGUSR1/2) is passed on to the tune sweep running (Ctrl-C as
+SIGTERM: its run checkpoints, and a rerun resumes), which runs
+in a process group of its own and dies with this command (experiments/sweep.py's `run_child`:
+PR_SET_PDEATHSIG, killed GRACE_S after the stop at the latest); then one `error:` line and the
+stop's exit code (130 Ctrl-C, 128 + N signal N: analysis/stops.py), the tuning file untouched.
+Exit codes: 0 written; 1 a tune run failed (nothing written); 2 bad input; 130/128+N stopped.
 """
 
 from __future__ import annotations
 
 import argparse
-import subprocess
+import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
 from analysis.grid import compose_preset
-from analysis.tune import print_choices, tune, write_tuned
+from analysis.stops import stoppable
+from analysis.tune import check_out, print_choices, tune, write_tuned
 from experiments.config.tuned import tuned_path
 from experiments.errors import UserError, one_line_errors, refuse_inert_flags
 from experiments.store.provenance import REPO, command_line
@@ -158,6 +175,27 @@ def extension(document: dict[str, Any]) -> dict[str, float]:
     return more
 
 
+def missing_runs(
+    document: dict[str, Any], asked: dict[str, set[float]], seeds: int = len(SEEDS)
+) -> list[str]:
+    """What the tuning `document` lacks of what was asked (`asked`: algorithm -> the LRs run):
+    `<algorithm>` with no finished run, `<algorithm> lr <v> (k of n seeds)` for a grid point
+    with fewer finished (or diverged) runs than `seeds`."""
+    gaps = []
+    for algorithm, rates in asked.items():
+        entry = document["lr"].get(algorithm)
+        if entry is None:
+            gaps.append(f"{algorithm} (no finished run)")
+            continue
+        points = {float(k): v for k, v in entry["points"].items()}
+        for rate in sorted(rates):
+            n = int((points.get(rate) or {}).get("n", 0))
+            if n < seeds:
+                gaps.append(f"{algorithm} lr {rate:g} ({n} of {seeds} seeds)")
+    return gaps
+
+
+@stoppable("analysis.tune_preset", "the tuning file was not written; rerun to resume")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m analysis.tune_preset", description=__doc__)
     parser.add_argument("preset", help="a preset of conf/experiment/ (its report.tune_at)")
@@ -184,27 +222,32 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = command_line(
         argv if argv is not None else sys.argv[1:], args.out_root, module="analysis.tune_preset"
     )
+    own = own_file(args.preset)
     try:
+        out = _runs_folder(args.out_root, args.preset)
+        target = check_out(args.out or tuned_path(args.scale, own), [out])
         algorithms, tune_at = plan(args.preset, args.scale)
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
-    out = Path(args.out_root).resolve() / "tune" / args.preset
     grid = start_grid(args.preset, args.scale)
     todo = {name: grid for name in algorithms}
-    own = own_file(args.preset)
+    asked: dict[str, set[float]] = {name: set() for name in algorithms}
     for round_ in range(MAX_EXTEND + 1):
         if not args.no_run:
             # one sweep per set of grids: the first all of GRID, then each edge's next point
             for grid in sorted({tuple(g) for g in todo.values()}):
                 names = [a for a in algorithms if tuple(todo.get(a, ())) == grid]
+                for name in names:
+                    asked[name].update(float(v) for v in grid)
                 cmd = sweep_command(
                     args.preset, args.scale, args.cluster, out, names, grid, tune_at, args.overrides
                 )
                 print("$ " + " ".join(cmd[1:]), flush=True)
-                code = subprocess.run(cmd, cwd=REPO).returncode
-                if code not in (0, 1):  # 1: some point failed (counted as the rule says)
-                    print(f"error: the tune sweep stopped (exit {code})", file=sys.stderr)
+                code = _run_sweep(cmd)
+                if code not in (0, 1):  # 1: some point failed (named below, nothing written)
+                    why = "was refused" if code == 2 else "stopped"
+                    print(f"error: the tune sweep {why} (exit {code})", file=sys.stderr)
                     return code
         try:
             # each round's choice beside the runs; the checkout's file only once, at the end: a
@@ -223,10 +266,68 @@ def main(argv: Sequence[str] | None = None) -> int:
             flush=True,
         )
         todo = {a: (v,) for a, v in more.items()}
-    path = write_tuned(document, args.out or tuned_path(args.scale, own))
+    if args.no_run:
+        absent = [a for a in algorithms if a not in document["lr"]]
+        if absent:
+            print(
+                f"warning: no finished tune run of {', '.join(absent)}: not in the tuning file "
+                "(they run at the scale's rate, else the default)",
+                file=sys.stderr,
+            )
+    else:
+        gaps = missing_runs(document, asked)
+        if gaps:  # a choice without them would be committed as if they had run
+            print(
+                f"error: {len(gaps)} tuning point(s) did not finish: {'; '.join(gaps[:4])}"
+                f"{' ...' if len(gaps) > 4 else ''}; the tuning file was not written (rerun the "
+                "same command to retry them)",
+                file=sys.stderr,
+            )
+            return 1
+    try:
+        path = write_tuned(document, target)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr)
+        return 1
     print_choices(document, path)
     return 0
 
 
+def _runs_folder(out_root: str, preset: str) -> Path:
+    """`<out-root>/tune/<preset>`, resolved as run.py's out_root (experiments.out_dir), its
+    runs folder makeable and writable (one line, before any work, otherwise)."""
+    from experiments import out_dir
+    from experiments.preflight import check_output_root_unmade
+
+    try:
+        out = Path(out_dir(out_root)) / "tune" / preset
+    except UserError as error:
+        raise UserError(f"--out-root: {error}") from None
+    check_output_root_unmade(out / "runs")
+    return out
+
+
+def _run_sweep(cmd: list[str]) -> int:
+    """Run the tune sweep `cmd` as the sweep driver runs its commands (experiments/sweep.py
+    `run_children`: a process group of its own that gets SIGTERM when this process dies, every
+    stop passed on to it, its group killed GRACE_S after the first stop); its exit code. A stop
+    is raised again (KeyboardInterrupt, Stopped) once the sweep ended, so that `stoppable` says
+    it last, in one line with its code. Ctrl-C is passed on as SIGTERM: a run.py still in
+    Python's start-up (before its handlers) prints a KeyboardInterrupt traceback for SIGINT and
+    ends silently for SIGTERM; once started, SIGTERM checkpoints its run (a rerun resumes)."""
+    from experiments.errors import Stopped
+    from experiments.sweep import Stop, run_children
+
+    try:
+        return run_children([cmd], ctrl_c_as=signal.SIGTERM)[0]
+    except Stop as stop:
+        if stop.signum == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        raise Stopped(stop.signum) from None
+
+
 if __name__ == "__main__":
+    from analysis.stops import stop_early
+
+    stop_early("analysis.tune_preset")  # (pandas and Hydra import for seconds)
     sys.exit(main())

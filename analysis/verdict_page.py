@@ -9,19 +9,50 @@ the suite's setting, n, the verdict, the effect with its interval, the minimum d
 difference at 80% power (and the n needed where the test cannot tell), and the command that
 regenerates it. A headline claim no committed result tests is listed with the reason
 (`NOT_TESTED`). Nothing here computes a statistic: every number is the report's.
+
+What it reads and writes (issue 50): every result folder under --results (`<preset>/<scale>/`
+holding any file a report writes) must hold its `claims.json`, a JSON object whose `claims` is a
+list of claims as the report writes them (empty for a preset that checks none, the demo), and
+its `claims.md` (the page links it): a part missing or damaged is one `error:` line naming the
+file, exit code 2, and no page is written (a page without a result's rows would read as
+complete). It writes one file, --out (by default `<results>/README.md`), all at once (a
+temporary file renamed over it: a full disk or a stop leaves the previous page); --out must be a
+new file in an existing folder or a previous verdicts page, never a directory, a file inside a
+result folder (its input among them) nor any other existing file, refused in one line before any
+work. A full disk or an I/O error while writing: one line, exit code 1. Ctrl-C or a stop signal:
+one line, exit code 128 + the signal's number (130 for Ctrl-C), the previous page left
+(analysis/stops.py).
 """
 
 from __future__ import annotations
 
-import argparse
-import json
 import sys
-from collections.abc import Sequence
-from pathlib import Path
 
-from analysis.stats import _magnitude, _signed
-from experiments.errors import UserError
-from experiments.store.provenance import REPO
+if __name__ == "__main__":  # a stop while the statistics import (seconds): one line, no page
+    from analysis.stops import stop_early
+
+    stop_early("verdict_page")
+
+import argparse  # noqa: E402 - after the stop handlers above
+import math  # noqa: E402
+import os  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from analysis.report_staging import report_files  # noqa: E402
+from analysis.stats import _magnitude, _signed  # noqa: E402
+from analysis.stops import stoppable  # noqa: E402
+from experiments.errors import OutputError, UserError, one_line_errors  # noqa: E402
+from experiments.store.provenance import REPO  # noqa: E402
+from experiments.store.records import (  # noqa: E402
+    DamagedRecord,
+    kind,
+    read_json_object,
+    write_text_atomic,
+)
+
+TITLE = "# The seed papers' claims: verdicts"  # the page's first line: what --out may replace
 
 # Where each claim comes from: (paper, figure or table).
 SOURCES: dict[str, tuple[str, str]] = {
@@ -134,15 +165,86 @@ def _command(preset: str, scale: str) -> str:
     return command
 
 
-def load(results: Path) -> list[dict]:
-    """Every claim of every result under `results` (`<preset>/<scale>/claims.json`), with its
-    preset, scale and the result's folder."""
+def result_folders(results: Path) -> list[Path]:
+    """The result folders under `results`: each `<preset>/<scale>/` holding a file a report
+    writes (a report's staging folders, `.<name>.*.tmp`, and other hidden entries left out)."""
+    names = report_files()
     out = []
-    for path in sorted(results.glob("*/*/claims.json")):
-        data = json.loads(path.read_text())
-        preset, scale = path.parent.parent.name, path.parent.name
-        for item in data.get("claims", []):
-            out.append({**item, "preset": preset, "scale": scale, "dir": path.parent})
+    for folder in sorted(results.glob("*/*")):
+        if folder.name.startswith(".") or folder.parent.name.startswith("."):
+            continue
+        if folder.is_dir():
+            try:
+                if any(p.name in names for p in folder.iterdir()):
+                    out.append(folder)
+            except OSError as error:
+                raise UserError(f"{folder}: unreadable ({error.strerror or error})") from None
+    return out
+
+
+# A claim's fields the page reads, and the JSON types each may have (None: may be null).
+FIELDS = {"name": (str,), "text": (str,), "verdict": (str,), "deciding": (dict, type(None))}
+NUMBERS = ("estimate", "low", "high", "level", "mdd", "margin")
+TEXTS = ("unit", "kind", "test", "why")
+COUNTS = ("n", "n_needed")
+
+
+def _claims(path: Path) -> list[dict]:
+    """The claims of one `claims.json`, each checked for what the page reads: a DamagedRecord
+    naming the file and the field otherwise."""
+    data = read_json_object(path)
+    claims = data.get("claims")
+    if not isinstance(claims, list):
+        raise DamagedRecord(path, f"'claims' is {kind(claims)}, not a list")
+    for i, item in enumerate(claims):
+        where = f"claims[{i}]"
+        if not isinstance(item, dict):
+            raise DamagedRecord(path, f"{where} is {kind(item)}, not an object")
+        for key, types in FIELDS.items():
+            if key not in item and key == "deciding":
+                continue
+            if key not in item:
+                raise DamagedRecord(path, f"{where} has no '{key}'")
+            if not isinstance(item[key], types):
+                raise DamagedRecord(path, f"{where}.{key} is {kind(item[key])}")
+        deciding = item.get("deciding") or {}
+        for key in NUMBERS:
+            value = deciding.get(key)
+            if value is not None and not _finite(value):
+                raise DamagedRecord(path, f"{where}.deciding.{key} is {kind(value)}, not a number")
+        for key in COUNTS:
+            value = deciding.get(key)
+            if value is not None and not (_finite(value) and float(value).is_integer()):
+                raise DamagedRecord(path, f"{where}.deciding.{key} is {kind(value)}, not a count")
+        for key in TEXTS:
+            value = deciding.get(key)
+            if value is not None and not isinstance(value, str):
+                raise DamagedRecord(path, f"{where}.deciding.{key} is {kind(value)}, not text")
+    return claims
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def load(results: Path) -> list[dict]:
+    """Every claim of every result folder under `results` (`result_folders`), with its preset,
+    scale and folder. A folder without its `claims.json` or `claims.md`, or with a damaged
+    `claims.json`, is a UserError naming the file: a page without its rows would look whole."""
+    out = []
+    for folder in result_folders(results):
+        path = folder / "claims.json"
+        for part in (path, folder / "claims.md"):
+            if not part.exists():
+                raise UserError(
+                    f"{part}: missing (a result folder without it has no verdicts to list: "
+                    f"rerun its report, {_command(folder.parent.name, folder.name)})"
+                )
+        if not (folder / "claims.md").is_file():
+            raise DamagedRecord(folder / "claims.md", "not a file")
+        preset, scale = folder.parent.name, folder.name
+        for item in _claims(path):
+            out.append({**item, "preset": preset, "scale": scale, "dir": folder})
     return out
 
 
@@ -162,7 +264,7 @@ def row(item: dict, results: Path) -> list[str]:
     else:
         effect = _signed(d["estimate"], unit)
     if d.get("low") is not None and d.get("high") is not None and d.get("test") != "model":
-        level = f"{100 * d['level']:g}%"
+        level = f"{100 * d['level']:g}%" if d.get("level") is not None else "interval"
         if d.get("kind") == "ratio":
             effect += f" [{d['low']:.3g}, {d['high']:.3g}] ({level})"
         elif unit == "ratio":
@@ -220,7 +322,7 @@ def page(results: Path) -> str:
         )
     )
     lines = [
-        "# The seed papers' claims: verdicts",
+        TITLE,
         "",
         "Generated by `python -m analysis.verdict_page` (the last step of `make report`) from "
         "each committed result's `claims.json`; every number is its report's. Each claim is "
@@ -272,18 +374,64 @@ def page(results: Path) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_out(out: Path, results: Path) -> None:
+    """Refuse (UserError, before any work) an --out that is not a page's place: a directory, a
+    path in a folder that does not exist or cannot be written, a file inside a result folder
+    (of --results or of the checkout's results/: its input among them), or an existing file
+    that is not a previous verdicts page (a committed file named by mistake)."""
+    if out.is_dir():
+        raise UserError(f"--out {out} is a directory: name the page's file (e.g. {out}/README.md)")
+    folder = out.parent
+    if not folder.is_dir():
+        raise UserError(f"--out {out}: its folder {folder} does not exist")
+    here = out.resolve()
+    for root in {results.resolve(), (REPO / "results").resolve()}:
+        if here.is_relative_to(root) and len(here.relative_to(root).parts) > 2:
+            inside = root / here.relative_to(root).parts[0] / here.relative_to(root).parts[1]
+            if inside.is_dir():
+                raise UserError(
+                    f"--out {out} is inside the result folder {inside}: the page goes beside "
+                    f"the results (default {results}/README.md), never into one"
+                )
+    if out.exists() or out.is_symlink():
+        try:
+            with open(out, "rb") as f:
+                first = f.readline(len(TITLE.encode()) + 2)
+        except OSError as error:
+            raise UserError(f"--out {out}: cannot be read ({error.strerror or error})") from None
+        if first.rstrip(b"\r\n") != TITLE.encode():
+            raise UserError(
+                f"--out {out} exists and is not a verdicts page: it is left as it is (name a new "
+                "file, or a previous page)"
+            )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: its folder {folder} cannot be written")
+
+
+@stoppable("verdict_page", "the previous page is unchanged, nothing was written")
 def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry: 0 with the page written; 2 for bad input or a result folder missing a part
+    (one `error:` line, nothing written); 1 when the page could not be written (a full disk:
+    the previous page stays); 128 + N for a stop (analysis/stops.py)."""
     parser = argparse.ArgumentParser(prog="python -m analysis.verdict_page", description=__doc__)
     parser.add_argument("--results", type=Path, default=REPO / "results", metavar="DIR")
     parser.add_argument("--out", type=Path, default=None, metavar="FILE")
+    one_line_errors(parser)
     args = parser.parse_args(argv)
+    out = args.out or args.results / "README.md"
     try:
+        if not args.results.is_dir():
+            raise UserError(f"--results {args.results} is not a directory")
+        check_out(out, args.results)
         text = page(args.results)
     except UserError as error:
-        print(f"error: {error}", file=sys.stderr)
+        print(f"error: {error}", file=sys.stderr, flush=True)
         return 2
-    out = args.out or args.results / "README.md"
-    out.write_text(text)
+    try:
+        write_text_atomic(out, text)
+    except OutputError as error:
+        print(f"error: {error}: the previous page is unchanged", file=sys.stderr, flush=True)
+        return error.exit_code
     print(f"wrote {out}")
     return 0
 

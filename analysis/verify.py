@@ -34,15 +34,31 @@ bytes, or a verdict. On a time budget (`budget=time`) a rerun whose calibration 
 algorithm time makes other numbers of steps, and sends other bytes, by T: there its steps and
 bytes are not compared, its accuracy is (within tolerance).
 
-One line per point and per result; exit 0 when everything reproduces, 1 with the differing
-points named, 2 for bad input (one `error:` line).
+One line per point and per result, and first the platform and the checkout (its commit and
+the tracked files it modified: a modified checkout is named, not hidden behind "identical");
+exit 0 when everything reproduces, 1 with the differing points named, 2 for bad input (one
+`error:` line, before any rerun): a result without its `provenance.txt` or its records, a
+damaged record, a `--run` that names no finished committed run, a result none of whose points
+is in the sample (a check of nothing is no pass), an `--out` that is a file or lies in a
+result or a committed results tree. Ctrl-C is exit 130, stop signal N 128 + N (one `error:`
+line, analysis/stops.py): the rerun in progress is stopped with its process group (its
+workers too), and nothing is said of its point.
+
+What it writes: the reruns' records, in a scratch folder (`--out DIR`, else the system's
+temporary folder) removed when it ends; never a committed file.
 """
 
 from __future__ import annotations
 
-import json
+if __name__ == "__main__":  # a stop while the analysis imports (seconds): one line, no work
+    from analysis.stops import stop_early
+
+    stop_early("verify")
+
+import json  # noqa: E402 - after the stop handlers above
 import os
 import re
+import signal
 import statistics
 import subprocess
 import sys
@@ -54,16 +70,24 @@ from typing import Any
 
 from analysis.load import find_runs
 from analysis.recompute import (
+    PROVENANCE,
+    checkout_line,
     chosen_results,
+    modified_files,
     outcome,
     parse_results_args,
     quiet_report,
+    refuse_out,
     report_args,
     results_parser,
+    results_trees,
+    stops_held,
 )
 from analysis.records import RECORDS, dumps, read_records, run_record
+from analysis.stops import stoppable
 from experiments.config.identity import digest, identity_config
 from experiments.errors import UserError, refuse_inert_flags
+from experiments.store import records as run_records
 from experiments.store.fingerprint import describe
 from experiments.store.provenance import REPO
 
@@ -159,19 +183,37 @@ def rerun_overrides(record: dict, out_root: Path) -> list[str]:
     return [*kept, f"out_root={out_root}", "wandb.mode=disabled", "progress=false"]
 
 
+# How long a stopped rerun gets to stop on its Ctrl-C (run.py: at once without a checkpoint)
+# before its process group is killed.
+STOP_GRACE_S = 10.0
+
+
 def rerun(record: dict, out_root: Path) -> dict[str, Any]:
-    """Train the point again; its new record (as `records.run_record` reads it)."""
+    """Train the point again; its new record (as `records.run_record` reads it). A stop of this
+    command (Ctrl-C, a stop signal: raised here by analysis/stops.py) stops the rerun first:
+    its own process group (run.py, its workers), Ctrl-C then, after STOP_GRACE_S, SIGKILL."""
     overrides = rerun_overrides(record, out_root)
-    done = subprocess.run(
+    # a session of its own: a stop reaches it from here once, not also from the terminal
+    proc = subprocess.Popen(
         [sys.executable, str(REPO / "run.py"), *overrides],
         cwd=REPO,
-        capture_output=True,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
         text=True,
         env={**os.environ, "PYTHONWARNINGS": "ignore"},
+        start_new_session=True,
     )
-    if done.returncode != 0:
-        said = (done.stderr.strip().splitlines() or [f"exit {done.returncode}"])[-1]
-        raise UserError(f"the rerun failed (exit {done.returncode}): {said}")
+    try:
+        _, stderr = proc.communicate()
+    except BaseException:
+        with stops_held():
+            _stop_group(proc)
+        raise
+    finally:
+        _kill_group(proc.pid)  # nothing of the rerun outlives it (a worker its run.py left)
+    if proc.returncode != 0:
+        said = (stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
+        raise UserError(f"the rerun failed (exit {proc.returncode}): {said}")
     ident = record["summary"].get("identity")
     # Its identity then, or today's digest of its config: a run recorded before the identity
     # left a key out (tau of a tau-less method) is today's run of that digest.
@@ -185,6 +227,30 @@ def rerun(record: dict, out_root: Path) -> dict[str, Any]:
         f"the rerun is another run (identity {', '.join(map(str, found)) or 'none'}, the record's "
         f"{ident}): conf/ or the code composes another configuration for its overrides now"
     )
+
+
+def _stop_group(proc: subprocess.Popen) -> None:
+    """Ctrl-C to the rerun's process group; SIGKILL after STOP_GRACE_S."""
+    try:
+        os.killpg(proc.pid, signal.SIGINT)
+    except OSError:
+        pass
+    try:
+        proc.wait(timeout=STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        _kill_group(proc.pid)
+        proc.wait()
+
+
+def _kill_group(pgid: int) -> None:
+    try:
+        os.killpg(pgid, signal.SIGKILL)
+    except OSError:  # none left
+        pass
+
+
+def _acc(value: Any) -> str:
+    return "none" if value is None else f"{value:.4f}"
 
 
 def compare_point(record: dict, new: dict, records: Sequence[dict]) -> tuple[bool, str]:
@@ -219,8 +285,12 @@ def compare_point(record: dict, new: dict, records: Sequence[dict]) -> tuple[boo
                 )
         return (
             True,
-            f"identical (final acc {acc_new:.4f}; platform [{new_p['key']}] = the record's)",
+            f"identical (final acc {_acc(acc_new)}; platform [{new_p['key']}] = the record's)",
         )
+    if acc_old is None or acc_new is None:  # a run with no final accuracy (none evaluated)
+        same = acc_old is None and acc_new is None
+        line = f"final acc {_acc(acc_new)}, committed {_acc(acc_old)}"
+        return same, ("within tolerance: " if same else "") + line
     tol, how = tolerance(record, records)
     diff = abs(float(acc_new) - float(acc_old))
     where = f"platform [{new_p.get('key')}], the record's [{old_p.get('key') or 'not recorded'}]"
@@ -244,7 +314,7 @@ def _clock_differs(old: Mapping[str, Any], new: Mapping[str, Any]) -> bool:
 def verdicts(records: Sequence[dict], result: Path, work: Path, tag: str) -> dict[str, str]:
     """Claim name -> verdict of the result's report made from `records`."""
     bundle = work / f"{tag}-{RECORDS}"
-    bundle.write_bytes(dumps(list(records)))
+    run_records.write_bytes_atomic(bundle, dumps(list(records)))
     out = work / f"{tag}-report"
     args = report_args(result, out)
     args[args.index(str(result / RECORDS))] = str(bundle)
@@ -252,7 +322,11 @@ def verdicts(records: Sequence[dict], result: Path, work: Path, tag: str) -> dic
     if failure:
         raise UserError(f"{tag}: {failure}")
     found = {}
-    for line in (out / "claims.md").read_text().splitlines():
+    if not (out / "claims.md").is_file():
+        if (result / "claims.md").is_file():  # the committed result has claims: a part missing
+            raise UserError(f"{tag}: the report made no claims.md, the result has one")
+        return found
+    for line in run_records.read_text(out / "claims.md").splitlines():
         # claims.md (analysis.claims.claims_markdown): "- **<verdict>**: <text> (`<name>`). ..."
         match = CLAIM_LINE.match(line)
         if match:
@@ -261,15 +335,11 @@ def verdicts(records: Sequence[dict], result: Path, work: Path, tag: str) -> dic
 
 
 def verify_result(
-    result: Path, everything: bool, work: Path, runs: Sequence[str] = ()
+    result: Path, records: Sequence[dict], points: Sequence[dict], work: Path
 ) -> list[str]:
-    """Rerun `result`'s points (`select`); the names of those that did not reproduce."""
-    name = f"{result.parent.name}/{result.name}"
-    records = read_records(result / RECORDS)
-    points = select(records, result.parent.name, everything, runs)
-    if not points:
-        print(f"{name}: no point in the sample (SAMPLE in analysis/verify.py)")
-        return []
+    """Rerun `points` of `result` (its `records`, `select`ed); the names of those that did not
+    reproduce (and `<result> claims` where a verdict changed)."""
+    name = f"{result.resolve().parent.name}/{result.resolve().name}"
     failed: list[str] = []
     reruns: dict[str, dict] = {}
     for record in points:
@@ -289,8 +359,13 @@ def verify_result(
             line = f"DIFFERS: {line}"
         print(f"{name} {record['run']}: {line} ({took:.0f} s)", flush=True)
     if reruns:
-        before = verdicts(records, result, work, "committed")
-        after = verdicts([reruns.get(r["run"], r) for r in records], result, work, "reruns")
+        try:
+            before = verdicts(records, result, work, "committed")
+            after = verdicts([reruns.get(r["run"], r) for r in records], result, work, "reruns")
+        except UserError as error:
+            failed.append(f"{name} claims")
+            print(f"{name}: DIFFERS: the verdicts could not be recomputed: {error}", flush=True)
+            return failed
         changed = [
             f"{c}: {before[c]} -> {after.get(c)}" for c in before if after.get(c) != before[c]
         ]
@@ -302,6 +377,43 @@ def verify_result(
     return failed
 
 
+def chosen_points(
+    dirs: Sequence[Path], everything: bool, runs: Sequence[str]
+) -> list[tuple[Path, list[dict], list[dict]]]:
+    """Each result to verify with its records and the points to rerun; a UserError (before any
+    rerun) for a result missing a part or with a damaged record, a --run that names no finished
+    committed run, and a result none of whose points would be rerun: a check of nothing is no
+    pass. With --run, the results holding none of the runs named are left out."""
+    chosen = []
+    names: dict[str, str] = {}
+    for d in dirs:
+        if not (d / RECORDS).is_file():
+            raise UserError(f"{d}: no {RECORDS}: nothing to verify against")
+        records = read_records(d / RECORDS)
+        names |= {r["run"]: r["summary"]["status"] for r in records}
+        points = select(records, d.resolve().parent.name, everything, runs)
+        chosen.append((d, records, points))
+    for run in runs:
+        where = f"its {RECORDS}" if len(dirs) == 1 else f"the {RECORDS} of {len(dirs)} results"
+        if run not in names:
+            raise UserError(f"{dirs[0] if len(dirs) == 1 else 'verify'}: no committed run {run} "
+                            f"in {where}")  # fmt: skip
+        if names[run] not in ("completed", "diverged"):
+            raise UserError(f"run {run} is {names[run]}, not finished: nothing to rerun")
+    for d, _, points in chosen:
+        if not (d / PROVENANCE).is_file():
+            raise UserError(f"{d}: no {PROVENANCE} (nothing says how the result was made)")
+        if not points and not runs:
+            what = (
+                "finished run"
+                if everything
+                else "point of the sample (SAMPLE in analysis/verify.py)"
+            )
+            raise UserError(f"{d}: no {what} among its committed runs: nothing to verify")
+    return [c for c in chosen if c[2]]
+
+
+@stoppable("verify")
 def main(argv: Sequence[str] | None = None) -> int:
     parser = results_parser("python -m analysis.verify", __doc__)
     parser.add_argument(
@@ -328,29 +440,38 @@ def main(argv: Sequence[str] | None = None) -> int:
     )  # fmt: skip
     try:
         dirs = chosen_results(args)
-        for d in dirs:
-            if not (d / RECORDS).is_file():
-                raise UserError(f"{d}: no {RECORDS}: nothing to verify against")
-            names = {r["run"] for r in read_records(d / RECORDS)}
-            unknown = [r for r in args.run if len(dirs) == 1 and r not in names]
-            if unknown:
-                raise UserError(f"{d}: no committed run {unknown[0]} in its {RECORDS}")
+        chosen = chosen_points(dirs, args.points == "all", args.run)
+        if args.out is not None:
+            refuse_out(args.out, dirs, results_trees(args), "the reruns' scratch")
+            try:
+                args.out.mkdir(parents=True, exist_ok=True)
+            except OSError as error:
+                raise UserError(f"--out {args.out}: {error.strerror or error}") from None
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2
     from experiments.store.fingerprint import platform_fingerprint
+    from experiments.store.records import git_commit
 
     print(f"this platform: {describe(platform_fingerprint())}", flush=True)
+    commit = git_commit()
+    modified = modified_files() if commit.endswith("-dirty") else []
+    print(checkout_line(commit, modified), flush=True)
     failed: list[str] = []
-    if args.out is not None:
-        args.out.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="verify-", dir=args.out) as work:
-        for result in dirs:
-            failed += verify_result(result, args.points == "all", Path(work), args.run)
+    try:
+        work = tempfile.TemporaryDirectory(prefix="verify-", dir=args.out)
+    except OSError as error:
+        print(f"error: --out {args.out}: {error.strerror or error}", file=sys.stderr)
+        return 2
+    with work:
+        for result, records, points in chosen:
+            failed += verify_result(result, records, points, Path(work.name))
+    points = sum(len(p) for _, _, p in chosen)
+    where = f" on a checkout with {len(modified)} modified tracked files" if modified else ""
     return outcome(
         failed,
         f"{len(failed)} point(s) do not reproduce",
-        f"every verified point reproduces ({len(dirs)} results)",
+        f"every verified point reproduces ({points} points of {len(chosen)} results{where})",
     )
 
 

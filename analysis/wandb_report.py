@@ -30,24 +30,38 @@ Online (`--mode online`, WANDB_API_KEY or `wandb login`), the reports are saved 
 URLs printed. A missing or refused key, or no W&B reachable, is one `error:` line and exit code 2
 within seconds (the pre-flight's own check, experiments/preflight.py), as is a save that W&B
 does not complete within SAVE_TIMEOUT_S.
+
+What it writes: `DIR/wandb_report.json` alone, all at once (a temporary file renamed over it),
+and the folder DIR if it is missing; it deletes nothing. An --out that is a file, is or lies in
+a RUNS_ROOT (the run records it reads), or whose `wandb_report.json` is not a file, is refused
+in one line before any work. Exit codes: 0; 2 for bad input, a write that failed or a refused
+W&B (one `error:` line, the previous spec left); 128 + N for a stop (130 for Ctrl-C, 143 for
+SIGTERM; analysis/stops.py), nothing written.
 """
 
 from __future__ import annotations
 
-import argparse
-import json
-import math
-import os
-import shlex
 import sys
-import tempfile
-import threading
-from collections.abc import Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
 
-from experiments.errors import UserError, one_line_errors, refuse_inert_flags
+if __name__ == "__main__":  # a stop while pandas and W&B import (seconds): one line
+    from analysis.stops import stop_early
+
+    stop_early("wandb_report")
+
+import argparse  # noqa: E402 - after the stop handlers above
+import json  # noqa: E402
+import math  # noqa: E402
+import os  # noqa: E402
+import shlex  # noqa: E402
+import tempfile  # noqa: E402
+import threading  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from dataclasses import dataclass, field  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from analysis.stops import stoppable  # noqa: E402
+from experiments.errors import UserError, one_line_errors, refuse_inert_flags  # noqa: E402
 
 SPEC_NAME = "wandb_report.json"
 DEFAULT_PROJECT = "commsgd-bench"  # conf/config.yaml wandb.project
@@ -345,8 +359,10 @@ def write_spec(sweeps: Sequence[Sweep], reports: Sequence[Any], out: Path) -> Pa
     try:
         out.mkdir(parents=True, exist_ok=True)
         write_text_atomic(path, json.dumps(data, indent=1, ensure_ascii=False) + "\n")
-    except (OSError, OutputError) as error:
-        raise UserError(f"cannot write {path}: {error}") from None
+    except OutputError as error:  # `disk full writing <path>`: the previous spec stays
+        raise UserError(f"{error}: nothing written") from None
+    except OSError as error:  # the folder could not be made
+        raise UserError(f"cannot write {path}: {error.strerror or error}") from None
     return path
 
 
@@ -442,10 +458,31 @@ def publish(
 # --- the command ------------------------------------------------------------------------------
 
 
+def check_out(out: Path, roots: Sequence[Path]) -> None:
+    """Refuse (UserError, before any work) an --out the spec cannot go to: a file, a folder
+    that is or lies in a RUNS_ROOT (the records read), a `wandb_report.json` there that is not
+    a file (a directory would be found only once the report is built)."""
+    if out.exists() and not out.is_dir():
+        raise UserError(f"--out {out} is a file, not a folder")
+    here = out.resolve()
+    for root in roots:
+        if root.is_dir() and here.is_relative_to(root.resolve()):
+            raise UserError(
+                f"--out {out} is in the runs root {root} it reads: name a folder outside it "
+                "(a preset's results folder)"
+            )
+    spec = out / SPEC_NAME
+    if (spec.exists() or spec.is_symlink()) and not spec.is_file():
+        raise UserError(f"--out {out}: its {SPEC_NAME} is not a file (a directory?)")
+
+
+@stoppable("wandb_report", "nothing was written (a previous wandb_report.json is unchanged)")
 def main(argv: Sequence[str] | None = None) -> int:
     """CLI entry: 0 on success; a user error, a refused key or an unreachable W&B is one
     `error:` line and exit code 2."""
     from analysis.grid import add_preset_arguments
+    from analysis.report_staging import out_folder
+    from experiments.errors import OutputError
 
     parser = argparse.ArgumentParser(
         prog="python -m analysis.wandb_report",
@@ -456,7 +493,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--out",
         required=True,
-        type=Path,
+        type=out_folder,
         metavar="DIR",
         help=f"where {SPEC_NAME} goes (a preset's results folder)",
     )
@@ -491,6 +528,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     from experiments.store.provenance import command_line
 
     try:
+        check_out(args.out, args.roots)  # before the W&B library's import (seconds)
         try:
             import wandb_workspaces.reports.v2  # noqa: F401
         except ImportError:
@@ -498,8 +536,6 @@ def main(argv: Sequence[str] | None = None) -> int:
                 "W&B reports need wandb-workspaces: pip install 'wandb-workspaces>=0.4' "
                 "(or make install)"
             ) from None
-        if args.out.exists() and not args.out.is_dir():
-            raise UserError(f"--out {args.out} is a file, not a folder")
         if args.mode == "online":  # before any work
             check_online()
         sweeps = find_sweeps(
@@ -532,6 +568,9 @@ def main(argv: Sequence[str] | None = None) -> int:
             print(f"W&B report: {url}")
     except UserError as error:
         print(f"error: {error}", file=sys.stderr, flush=True)
+        return 2
+    except OutputError as error:  # a full disk while the report's parts were made (a temp dir)
+        print(f"error: {error}: nothing written", file=sys.stderr, flush=True)
         return 2
     return 0
 

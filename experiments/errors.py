@@ -116,3 +116,21 @@ def refuse_inert_flags(parser, flags: list[tuple[str, bool, str]]) -> None:
     for flag, inert, where in flags:
         if inert:
             parser.error(f"{flag} has no effect {where}")
+
+
+def said_once(failed: list[tuple[str, str]]) -> list[str]:
+    """The lines of the failed points `failed` ((point, reason)): one per reason, naming its
+    points (`tau=1, tau=2: <reason>`, `4 points (tau=1, ...): <reason>`), so that a refusal
+    that applies to every point is said once, not once a point."""
+    by_reason: dict[str, list[str]] = {}
+    for point, reason in failed:
+        by_reason.setdefault(reason, []).append(point)
+    lines = []
+    for reason, points in by_reason.items():
+        if len(points) == 1:
+            lines.append(f"{points[0]}: {reason}")
+        elif len(points) <= 3:
+            lines.append(f"{', '.join(points)}: {reason}")
+        else:
+            lines.append(f"{len(points)} points ({', '.join(points[:2])}, ...): {reason}")
+    return lines

@@ -7,7 +7,8 @@ experiments/data/params.py), the fault-injection variable, for `wandb.mode=onlin
 the server's answer to it (WANDB_CHECK_TIMEOUT_S),
 and what a launcher (torchrun, srun) decided against what the config says (world size, nodes,
 workers per node); then a key the command line names where it cannot act (`check_inert_keys`,
-DEPENDENT_KEYS: `compute.factor` without slow workers, the network on the real clock, ...), the
+DEPENDENT_KEYS: `compute.factor` without slow workers, the network on the real clock, ...), and
+the modeled clock's keys a preset or scale file set, refused the same way (`set_by_files`), the
 data's files where the workers run, and the output root, without making it: writable, not full
 (together: `check_config`); then `check_machine`: the model (built on the `meta` device, no
 memory), the data and its partition, the devices the backend needs (GPUs). Everything before
@@ -139,7 +140,7 @@ def check_config(
     here = not (sweep and plain["cluster"]["name"] != "local")
     launcher = None if sweep else launcher_env()
     check_values(plain, launcher)
-    check_inert_keys(plain, given_keys(config))
+    check_inert_keys(plain, given_keys(config), set_by_files(config))
     if here:  # the data's files, where the workers run (their content: check_machine)
         data_params.check_files(plain["dataset"])
     if sweep:
@@ -444,15 +445,120 @@ def dependent_key(key: str) -> tuple[str, Any, str] | None:
     return None
 
 
-def check_inert_keys(cfg: dict[str, Any], keys: list[str]) -> None:
-    """A UserError (one line) for the first of `keys` (those the command line names) that
-    cannot act in the resolved config `cfg` (DEPENDENT_KEYS)."""
-    for key in keys:
+# The values of the modeled clock's keys that ask the real clock for nothing (conf/config.yaml's
+# own): named anywhere, they are never inert, and they undo a preset's or scale's setting for a
+# run on the real clock (`make fig4 timing=real network=ideal compute.step_time_s=measured`).
+NEUTRAL: dict[str, tuple[Any, str]] = {
+    "network": (lambda c: c["network"].get("name") == "ideal", "network=ideal"),
+    "compute.step_time_s": (
+        lambda c: c["compute"]["step_time_s"] == "measured",
+        "compute.step_time_s=measured",
+    ),
+    "compute.algo_time_s": (
+        lambda c: c["compute"]["algo_time_s"] == "measured",
+        "compute.algo_time_s=measured",
+    ),
+}
+
+
+def check_inert_keys(
+    cfg: dict[str, Any], keys: list[str], by_files: dict[str, str] | None = None
+) -> None:
+    """A UserError (one line) for the first of `keys` (those the command line names), then of
+    `by_files` (key -> `preset <name>` or `scale <name>`: what a preset or scale file changed,
+    `set_by_files`), that cannot act in the resolved config `cfg` (DEPENDENT_KEYS): the same
+    key is refused the same way wherever it was set, the file's keys with where."""
+    named = [(key, "") for key in keys]
+    named += [
+        (k, f" (set by {w}; {NEUTRAL[k][1]} undoes it)")
+        for k, w in (by_files or {}).items()
+        if k not in keys
+    ]
+    for key, where in named:
         entry = dependent_key(key)
+        if key in NEUTRAL and NEUTRAL[key][0](cfg):  # asks the clock for nothing
+            continue
         if entry is not None and not entry[1](cfg):
             group = cfg.get(key)
             shown = f"{key}={group.get('name')}" if isinstance(group, dict) else key
-            raise UserError(entry[2].format(key=shown, **cfg))
+            raise UserError(entry[2].format(key=shown, **cfg) + where)
+
+
+CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+
+
+# The DEPENDENT_KEYS a preset or scale file is held to as the command line is: those of the
+# modeled clock, which a file sets for its virtual clock and a `timing=real` leaves inert (with
+# an escape: timing=virtual or emulate_*). The others a preset sets for some of its points
+# (losp's compute.factor for its one_slow points): refusing them at another point would leave
+# no way to run it but editing the preset.
+FILE_KEYS = ("network", "compute.step_time_s", "compute.algo_time_s")
+
+
+def set_by_files(config: DictConfig) -> dict[str, str]:
+    """The FILE_KEYS the chosen preset (`experiment`) and `scale` files change from the root
+    config (conf/config.yaml): a group they override to another option (`network`), a value
+    they set to another value (`compute.step_time_s`), as key -> `preset <name>` or `scale
+    <name>`. Why: a network set by a preset on the real clock is as inert as one on the command
+    line (issue 50), and is refused the same way. Read from the files (plain YAML), not from
+    Hydra: {} for a config without its `hydra` node or a file that cannot be read."""
+    import yaml
+
+    try:
+        choices = config.hydra.runtime.choices
+        chosen = [("experiment", choices.get("experiment")), ("scale", choices.get("scale"))]
+    except Exception:  # no hydra node: nothing to attribute
+        return {}
+
+    def load(path: Path) -> dict[str, Any]:
+        try:
+            data = yaml.safe_load(path.read_text())
+        except (OSError, UnicodeDecodeError, yaml.YAMLError):
+            return {}  # (Hydra composed it: an unreadable file cannot get here)
+        return data if isinstance(data, dict) else {}
+
+    root = load(CONF_DIR / "config.yaml")
+    root_groups = _defaults(root)
+    root_values = dict(_flat(root))
+    found: dict[str, str] = {}
+    for group, name in chosen:
+        if name in (None, "null"):
+            continue
+        data = load(CONF_DIR / group / f"{name}.yaml")
+        where = f"{'preset' if group == 'experiment' else 'scale'} {name}"
+        for key, option in _defaults(data).items():
+            if option != root_groups.get(key) and _file_key(key):
+                found.setdefault(key, where)
+        for key, value in _flat(data):
+            if value != root_values.get(key, object()) and _file_key(key):
+                found.setdefault(key, where)
+    return found
+
+
+def _file_key(key: str) -> bool:
+    return any(key == k or key.startswith(k + ".") for k in FILE_KEYS)
+
+
+def _defaults(data: dict[str, Any]) -> dict[str, Any]:
+    """A config file's defaults list as group -> option (`override /network: wan` -> network)."""
+    out = {}
+    for item in data.get("defaults") or []:
+        if isinstance(item, dict):
+            for key, option in item.items():
+                group = str(key).removeprefix("override ").removeprefix("optional ").lstrip("/")
+                out[group] = option
+    return out
+
+
+def _flat(data: dict[str, Any], prefix: str = ""):
+    """(dotted key, value) of a config file's values, its defaults, `hydra` and `report` aside."""
+    for key, value in data.items():
+        if not prefix and key in ("defaults", "hydra", "report"):
+            continue
+        if isinstance(value, dict):
+            yield from _flat(value, f"{prefix}{key}.")
+        else:
+            yield f"{prefix}{key}", value
 
 
 # --- one line per error ---------------------------------------------------------------------

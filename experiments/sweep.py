@@ -9,14 +9,18 @@ point whose directory holds a finished run of the same config is skipped, so an 
 sweep resumes where it stopped and no finished result is recomputed or overwritten; a point
 that fails is recorded and the others run. Then it writes the report of what finished,
 `python -m analysis.report --experiment <name> --scale <scale>`, into
-`<results>/<name>/<scale>/`, and ends with one `error:` line per failed point and a non-zero
-exit code when any failed. A stop (Ctrl-C, SIGTERM, SIGHUP, SIGUSR1/2) is passed on to the
+`<results>/<name>/<scale>/`, and ends with one `error:` line per reason its points failed for
+(naming the points) and a non-zero exit code when any failed. A stop (Ctrl-C, SIGTERM, SIGHUP,
+SIGUSR1/2) is passed on to the
 command running (run.py checkpoints its run and stops; the report leaves the previous one), and
 the sweep ends without a report, in one `error:` line (exit code 3, 130 for Ctrl-C); a command
 that has not ended GRACE_S seconds later is killed with every process it started. Finished runs
 stay as they are, an unfinished one resumes when the same command is given again.
 
-Every refusal that needs no work comes before any: the preset, scale and cluster, `--publish`'s
+Every refusal that needs no work comes before any: the preset, scale and cluster, the tuning
+files its runs read (experiments/config/tuned.py `check_tuned`: an empty or damaged file, a
+directory in its place, a rate that is not a finite number > 0, named with its path and key),
+`--publish`'s
 clean checkout and its runs made from a modified one, where the report goes (`--check`: those
 checks alone, what `make demo PUBLISH=1` runs before its first point).
 
@@ -55,7 +59,7 @@ import subprocess  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from experiments.errors import one_line_errors  # noqa: E402 - torch-free
+from experiments.errors import one_line_errors, said_once  # noqa: E402 - torch-free
 from experiments.store.provenance import REPO, command_line  # noqa: E402 - torch-free
 
 CONF = REPO / "conf"
@@ -98,25 +102,35 @@ def run_child(command: list[str]) -> int:
     return run_children([command])[0]
 
 
-def run_children(commands: list[list[str]]) -> list[int]:
+def run_children(commands: list[list[str]], ctrl_c_as: int = signal.SIGINT) -> list[int]:
     """`run_child` for several commands at once (`--jobs`): each in a process group of its own,
-    every stop passed on to each; their exit codes once all ended."""
+    every stop passed on to each (Ctrl-C as `ctrl_c_as`), their groups killed GRACE_S after the
+    first stop; their exit codes once all ended, or `Stop` after a stop. The handlers are in
+    place before the first child starts: a stop between a start and them would end this process
+    with the child still running (issue 50)."""
     stops: list[tuple[int, float]] = []  # (signal, when)
-    children = [
-        subprocess.Popen(command, cwd=REPO, preexec_fn=_own_group_dying_with_parent)
-        for command in commands
-    ]
+    children: list[subprocess.Popen] = []
+
+    def passed(signum: int) -> int:
+        return ctrl_c_as if signum == signal.SIGINT else signum
 
     def forward(signum: int, frame) -> None:
         stops.append((signum, time.monotonic()))
         for child in children:
             try:
-                child.send_signal(signum)
+                child.send_signal(passed(signum))
             except OSError:
                 pass
 
     previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     try:
+        for command in commands:
+            if stops:  # a stop came before this one started: it does not start
+                break
+            child = subprocess.Popen(command, cwd=REPO, preexec_fn=_own_group_dying_with_parent)
+            children.append(child)
+            if stops:  # came while it started: passed on now
+                child.send_signal(passed(stops[0][0]))
         while any(child.poll() is None for child in children):
             time.sleep(0.25)  # (a blocking wait would not see a stop)
             if stops and time.monotonic() - stops[0][1] > GRACE_S:  # end it all
@@ -246,6 +260,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
                 "--publish (PUBLISH=1) needs a clean checkout: tracked files are modified (git "
                 "status); a published result must come from a commit"
             )
+    check_tuning(args.experiment, args.scale, args.overrides)
     # Resolved here, against the directory the command was given in: the commands below run
     # from the checkout.
     out_root = _resolve(args.out_root, "--out-root")
@@ -339,7 +354,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
             print(f"warning: cannot write {provenance}: {e}", file=sys.stderr)
     if code == 0:
         print(f"report: {out}", flush=True)
-    for line in failed:  # at the very end, after the report's output
+    for line in said_once(failed):  # at the very end, after the report's output
         print(f"error: {line}", file=sys.stderr)
     if sweep_code:
         print(
@@ -348,6 +363,33 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
             file=sys.stderr,
         )
     return sweep_code or code
+
+
+def check_tuning(experiment: str, scale: str, overrides: list[str]) -> None:
+    """The tuning files the preset's runs read at `scale` (its own, or that of the preset its
+    `report.tuned_from` names, and the scale's) can be used: one `error:` line naming the file
+    and key otherwise, before any run (a run would refuse it at every point)."""
+    import yaml
+
+    from experiments.config.tuned import check_tuned
+    from experiments.errors import UserError
+
+    preset_file = CONF / "experiment" / f"{experiment}.yaml"
+    try:
+        preset = yaml.safe_load(preset_file.read_text()) or {}
+    except (OSError, UnicodeDecodeError, yaml.YAMLError) as e:
+        fail(f"cannot read the preset {preset_file}: {str(e).splitlines()[0]}")
+    preset = preset if isinstance(preset, dict) else {}
+    report = preset.get("report") if isinstance(preset.get("report"), dict) else {}
+    named = report.get("tuned_from") or preset.get("experiment_name") or experiment
+    for override in overrides:  # (the command line wins, as in the run's config)
+        key, _, value = override.lstrip("+").partition("=")
+        if key in ("experiment_name", "report.tuned_from") and value:
+            named = value
+    try:
+        check_tuned(scale, str(named))
+    except UserError as e:
+        fail(str(e))
 
 
 def check_report_folder(out: Path) -> None:
@@ -407,8 +449,8 @@ def _resolve(path: str, option: str) -> Path:
         raise  # not reached
 
 
-def failed_points(sweeps: Path, since: float) -> list[str]:
-    """`<point>: <reason>` for each failed point of the sweeps recorded under `sweeps` since
+def failed_points(sweeps: Path, since: float) -> list[tuple[str, str]]:
+    """(point, reason) for each failed point of the sweeps recorded under `sweeps` since
     `since` (the sweeper's `sweep.json`, read by the records' validated reader; a damaged one
     is skipped with a warning)."""
     from experiments.store.records import read_json_object
@@ -425,7 +467,7 @@ def failed_points(sweeps: Path, since: float) -> list[str]:
         for point in points if isinstance(points, list) else []:
             if isinstance(point, dict) and point.get("status") == "failed":
                 label = point.get("point") or " ".join(map(str, point.get("overrides") or []))
-                lines.append(f"{label}: {point.get('error')}")
+                lines.append((str(label), str(point.get("error"))))
     return lines
 
 

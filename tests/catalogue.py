@@ -124,6 +124,34 @@ class Case:
         return f"{self.cls}:{self.name}"
 
 
+def plants(*setups: Callable[[Ctx], None]) -> Callable[[Ctx], None]:
+    """One setup that runs `setups` in order."""
+
+    def setup(ctx: Ctx) -> None:
+        for one in setups:
+            one(ctx)
+
+    return setup
+
+
+def planted(where: str, content: bytes | str | None = "mine\n") -> Callable[[Ctx], None]:
+    """A setup writing `{tmp}/<where>` with `content` (None: made a directory)."""
+
+    def setup(ctx: Ctx) -> None:
+        path = ctx.tmp / where
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if path.is_file():
+            path.unlink()
+        if content is None:
+            path.mkdir()
+        elif isinstance(content, bytes):
+            path.write_bytes(content)
+        else:
+            path.write_text(content)
+
+    return setup
+
+
 # --- running a case -------------------------------------------------------------------------
 
 
@@ -344,6 +372,17 @@ def marked_processes(mark: str) -> list[int]:
         if state != "Z":
             found.append(int(entry.name))
     return found
+
+
+def running_run_py(ctx: Ctx) -> bool:
+    """A `python run.py` started by the case's command (a sweep's, a rerun's) is running."""
+    for pid in marked_processes(ctx.mark):
+        try:
+            if b"run.py" in Path(f"/proc/{pid}/cmdline").read_bytes():
+                return True
+        except OSError:
+            continue
+    return False
 
 
 def session_processes(sid: int) -> list[int]:

@@ -38,6 +38,7 @@ from tests.catalogue import (
     checkpointed,
     evaluated,
     importing,
+    plants,
     press,
     run_case,
     send,
@@ -71,14 +72,6 @@ def plant(name: str, content: bytes | str):
             path.mkdir(exist_ok=True)
         else:
             path.write_bytes(content if isinstance(content, bytes) else content.encode())
-
-    return setup
-
-
-def plants(*setups):
-    def setup(ctx: Ctx) -> None:
-        for s in setups:
-            s(ctx)
 
     return setup
 
@@ -2055,6 +2048,7 @@ add(
     R(
         "term-while-writing",
         setup=plants(demo_runs(), previous_report()),
+        code=143,
         act=then(when(report_tmp()), send(signal.SIGTERM)),
         inproc=False,
         line=r"^error: stopped by SIGTERM",
@@ -2063,6 +2057,7 @@ add(
     R(
         "term-before-the-report-started",
         setup=plants(demo_runs(), previous_report()),
+        code=143,
         act=then(when(importing), send(signal.SIGTERM)),
         inproc=False,
         line=r"^error: stopped by SIGTERM before the report started: nothing written$",
@@ -2437,6 +2432,14 @@ def test_the_catalogue_covers_every_class_with_150_cases() -> None:
     # issue 36's classes, each with several variants
     for cls in ("provenance", "flags", "keys", "reports", "stops", "order", "records"):
         assert counts[cls] >= 3, counts
+    # issue 50's: every results command in every class it can meet, several variants each
+    results = ("out", "checks", "stops", "atomic", "inputs", "bad-input")
+    for cls in results:
+        assert counts[f"results-{cls}"] >= 3, counts
+    commands = Counter((c.cmd, c.cls) for c in CASES if c.cls.startswith("results-"))
+    for cmd in ("recompute", "verify", "verdict_page", "report", "tune_preset"):
+        for cls in ("out", "stops", "bad-input"):
+            assert commands[cmd, f"results-{cls}"] >= 1, (cmd, cls, commands)
 
 
 # --- every flag of every command: it acts, or is refused where it cannot (issue 36) -----------

@@ -1360,3 +1360,18 @@ def test_a_configuration_run_twice_counts_once_not_as_another_seed(tmp_path: Pat
     assert "0.810" in " ".join(line)  # the mean of 0.80 and 0.82: the old 0.50 left out
     err = capsys.readouterr().err
     assert "1 run(s) repeat the configuration of a later run" in err and "sync-0-old" in err
+
+
+def test_a_table_says_when_its_runs_came_from_more_than_one_platform():
+    """Issue 50: `cluster.lockstep_seeds=1` (another image layout) or another thread count can
+    move a float32 run's last digits under the same run identity; the table says so."""
+    import pandas as pd
+
+    from analysis.report import _platform_note
+
+    one = pd.DataFrame({"summary.platform.key": ["a1", "a1", None]})
+    two = pd.DataFrame({"summary.platform.key": ["a1", "b2", "a1"]})
+    assert _platform_note(one) == []
+    assert _platform_note(pd.DataFrame({"run_dir": ["x"]})) == []
+    (line,) = _platform_note(two)
+    assert line.startswith("The runs were computed on 2 platforms (provenance.txt, `platform`")

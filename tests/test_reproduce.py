@@ -126,9 +126,10 @@ def test_recompute_names_what_an_altered_record_changes(tmp_path: Path, capsys) 
     assert (
         recompute.main(["--results", str(tmp_path / "results"), "--out", str(tmp_path / "o")]) == 1
     )
-    out = capsys.readouterr().out
+    said = capsys.readouterr()
+    out = said.out
     assert "demo/cpu: DIFFERS" in out and "  - table.md: " in out and "  - table.csv: " in out
-    assert "1 of 1 results do not recompute: demo/cpu" in out
+    assert said.err.strip().splitlines()[-1] == "error: 1 of 1 results do not recompute: demo/cpu"
 
 
 @pytest.mark.slow  # seconds a report: out of `make test-quick`
@@ -290,7 +291,9 @@ def test_verify_reproduces_a_result_and_names_an_altered_point(tmp_path: Path) -
     assert (
         f"demo/smoke {sync0}: DIFFERS: not identical on the record's own platform" in broken.stdout
     )
-    assert broken.stdout.strip().splitlines()[-1].endswith(f"demo/smoke {sync0}")
+    assert broken.stderr.strip().splitlines()[-1] == (
+        f"error: 1 point(s) do not reproduce: demo/smoke {sync0}"
+    )
 
 
 def test_verify_refuses_bad_input_in_one_line(tmp_path: Path, capsys) -> None:

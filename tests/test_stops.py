@@ -76,3 +76,25 @@ def test_an_error_is_not_a_stop():
 
     with pytest.raises(ValueError):
         main()
+
+
+def test_a_reader_that_went_away_ends_the_command_quietly():
+    """`python -m analysis.status | head`: no BrokenPipeError traceback, the code of SIGPIPE."""
+    script = (
+        "import sys\n"
+        "from analysis.stops import stoppable\n"
+        "@stoppable('demo')\n"
+        "def main():\n"
+        "    for i in range(10**6):\n"
+        "        print('line', i)\n"
+        "    return 0\n"
+        "sys.exit(main())\n"
+    )
+    proc = subprocess.Popen(
+        [sys.executable, "-c", script], cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
+    assert proc.stdout.readline() == b"line 0\n"
+    proc.stdout.close()  # the reader goes away
+    err = proc.stderr.read().decode()
+    assert proc.wait(timeout=120) == 141
+    assert err == ""

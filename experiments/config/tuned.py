@@ -18,12 +18,20 @@ The file is plain YAML, one reviewable diff per retune: the setting it was tuned
 the seeds, the rule, the command and commit, and per algorithm the chosen value and each grid
 point's mean, std and n of the final validation accuracy.
 
+A missing file means "not tuned" (the scale's file, else the default). A file that is there but
+cannot be used is refused in one line naming it (and the line of the bad value where there is
+one), never read as "no rates": an empty (truncated) file, a directory in its place, YAML that
+does not parse, no `lr` mapping, or a rate that is not a finite number > 0 (NaN, 0, negative, a
+string). `check_tuned` checks the files a preset's runs read before any of them runs
+(experiments/sweep.py, `--check` included).
+
 Torch-free on purpose: the config is composed and checked before any worker starts.
 """
 
 from __future__ import annotations
 
 import functools
+import math
 import os
 from pathlib import Path
 from typing import Any
@@ -44,11 +52,12 @@ def tuned_path(scale: str, preset: str | None = None) -> Path:
 
 
 def tuned_file(scale: str, preset: str | None = None) -> Path:
-    """The file a run of `preset` at `scale` takes its LR from: the preset's where it exists,
-    else the scale's (which may not exist either)."""
+    """The file a run of `preset` at `scale` takes its LR from: the preset's where it exists
+    (anything in its place: a directory there is refused when read, not passed over), else the
+    scale's (which may not exist either)."""
     if preset:
         own = tuned_path(scale, preset)
-        if own.is_file():
+        if own.exists() or own.is_symlink():
             return own
     return tuned_path(scale)
 
@@ -58,39 +67,101 @@ def load_tuned(scale: str, preset: str | None = None) -> dict[str, Any]:
     return read_tuned(tuned_file(scale, preset))
 
 
+def check_tuned(scale: str, preset: str | None = None) -> list[Path]:
+    """Read (and so check) every tuning file a run of `preset` at `scale` may read: the preset's
+    and the scale's; a UserError naming the first that cannot be used. The files that exist."""
+    paths = dict.fromkeys([tuned_file(scale, preset), tuned_path(scale)])
+    found = []
+    for path in paths:
+        if read_tuned(path) or path.exists():
+            found.append(path)
+    return found
+
+
+def shown(path: str | os.PathLike) -> str:
+    """A tuning file as its user can open it: relative to the checkout when inside it."""
+    path = Path(path).absolute()
+    root = Path(__file__).resolve().parents[2]  # the checkout (TUNED_DIR may be moved: tests)
+    return str(path.relative_to(root)) if root in path.parents else str(path)
+
+
 def read_tuned(path: Path) -> dict[str, Any]:
-    """The tuning file at `path` as a dict ({} when there is none), read once per change."""
+    """The tuning file at `path` as a dict ({} when there is none), read once per change; a
+    UserError naming it when it is there but cannot be used (module docstring)."""
     try:
         stat = path.stat()
     except FileNotFoundError:
         return {}
-    return _load(str(path), stat.st_mtime_ns)
+    except OSError as e:
+        raise UserError(f"cannot read the tuning file {shown(path)}: {e.strerror or e}") from None
+    if path.is_dir():
+        raise UserError(
+            f"the tuning file {shown(path)} is a directory: remove it (no file: not tuned) or "
+            "rerun make tune"
+        )
+    return _load(str(path), stat.st_mtime_ns, stat.st_size)
 
 
 @functools.lru_cache(maxsize=8)
-def _load(path: str, _mtime_ns: int) -> dict[str, Any]:
+def _load(path: str, _mtime_ns: int, _size: int) -> dict[str, Any]:
+    name = shown(path)
     try:
-        data = yaml.safe_load(Path(path).read_text()) or {}
-    except (OSError, yaml.YAMLError) as e:
-        raise UserError(f"cannot read the tuning file {os.path.relpath(path)}: {e}") from None
-    if not isinstance(data, dict) or not isinstance(data.get("lr", {}), dict):
-        raise UserError(f"{os.path.relpath(path)}: expected a mapping with an `lr` mapping")
+        text = Path(path).read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        why = getattr(e, "strerror", None) or str(e)
+        raise UserError(f"cannot read the tuning file {name}: {why}") from None
+    try:
+        data = yaml.safe_load(text)
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" (line {mark.line + 1})" if mark is not None else ""
+        problem = getattr(e, "problem", None) or str(e).splitlines()[0]
+        raise UserError(f"the tuning file {name}{where} is not valid YAML: {problem}") from None
+    if data is None:  # nothing but comments or blanks: a truncated file, not "no rates"
+        raise UserError(
+            f"the tuning file {name} is empty (truncated?): rerun make tune, or remove it "
+            "(no file: not tuned)"
+        )
+    if not isinstance(data, dict) or not isinstance(data.get("lr"), dict):
+        raise UserError(f"the tuning file {name}: expected a mapping with an `lr` mapping")
+    for algorithm, entry in data["lr"].items():
+        keys = [algorithm, "chosen"] if isinstance(entry, dict) else [algorithm]
+        chosen = entry.get("chosen") if isinstance(entry, dict) else entry
+        if not _rate(chosen):
+            raise UserError(
+                f"the tuning file {name}{_line(text, ['lr', *keys])}: "
+                f"lr.{'.'.join(map(str, keys))} must be a number > 0, got {chosen!r}"
+            )
     return data
+
+
+def _rate(value: Any) -> bool:
+    """A usable base LR: a finite number > 0 (not a bool, not a string)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    return math.isfinite(value) and value > 0
+
+
+def _line(text: str, keys: list[Any]) -> str:
+    """` (line N)`: where the value at `keys` is written in the YAML `text` ('' if not found)."""
+    try:
+        node = yaml.compose(text)
+        for key in keys:
+            node = next(v for k, v in node.value if k.value == str(key))
+    except Exception:  # noqa: BLE001 - only a hint for the message
+        return ""
+    return f" (line {node.start_mark.line + 1})"
 
 
 def tuned_entry(scale: str, preset: str | None, algorithm: str) -> tuple[float, Path] | None:
     """The base LR chosen for `algorithm` and the file it comes from: the preset's tuning file at
-    `scale`, else the scale's; None when neither lists the algorithm."""
+    `scale`, else the scale's; None when neither lists the algorithm. Every file read is checked
+    whole (`read_tuned`): a damaged rate of another algorithm is refused too."""
     for path in dict.fromkeys([tuned_file(scale, preset), tuned_path(scale)]):
         entry = read_tuned(path).get("lr", {}).get(algorithm)
         if entry is None:
             continue
         chosen = entry.get("chosen") if isinstance(entry, dict) else entry
-        if isinstance(chosen, bool) or not isinstance(chosen, (int, float)) or chosen <= 0:
-            raise UserError(
-                f"{os.path.relpath(path)}: lr.{algorithm}.chosen must be a number > 0, "
-                f"got {chosen!r}"
-            )
         return float(chosen), path
     return None
 

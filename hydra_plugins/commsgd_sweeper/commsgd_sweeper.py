@@ -158,6 +158,7 @@ class CommsgdSweeper(Sweeper):
     def sweep(self, arguments: list[str]) -> Any:
         assert self.config is not None and self.launcher is not None
         assert self.hydra_context is not None
+        from experiments.errors import said_once
         from experiments.preflight import check, describe
         from experiments.store.records import finished_status
 
@@ -224,8 +225,9 @@ class CommsgdSweeper(Sweeper):
         if self.config.get("experiment_name") == "default":
             self._compare(outcomes)
         failed = [o for o in outcomes if o.status == "failed"]
-        for o in failed:
-            print(f"error: {o.point}: {o.error}", file=sys.stderr)
+        # one line per reason (each point said its own as it failed, above)
+        for line in said_once([(o.point, o.error) for o in failed]):
+            print(f"error: {line}", file=sys.stderr)
         if failed:
             sys.stdout.flush()
             raise SystemExit(2 if all(o.exit_code == 2 for o in failed) else 1)
