@@ -194,7 +194,9 @@ def read_config(run_dir: str | os.PathLike) -> dict:
     run_dir = Path(run_dir)
     path = run_dir / "config.yaml"
     if path.is_file():
-        config = yaml.safe_load(_read_text(path))
+        # libyaml's parser where PyYAML has it (the same safe constructor, ~10x faster: a fifth
+        # of a report's time went to parsing the runs' configs with the pure-Python one)
+        config = yaml.load(_read_text(path), Loader=getattr(yaml, "CSafeLoader", yaml.SafeLoader))
         if not isinstance(config, dict):
             raise DamagedRecord(path, f"not a mapping but {_kind(config)}")
         return config
@@ -359,10 +361,18 @@ def _resolve_collisions(meta: dict, metrics: pd.DataFrame) -> pd.DataFrame:
     return metrics.rename(columns=renamed)
 
 
-def _flatten(mapping: dict) -> dict:
-    if not mapping:
-        return {}
-    return pd.json_normalize(mapping, sep=".").to_dict(orient="records")[0]
+def _flatten(mapping: dict, prefix: str = "") -> dict:
+    """`mapping`'s leaves under dotted keys (`{"a": {"b": 1}}` -> `{"a.b": 1}`), an empty
+    mapping left out: what `pd.json_normalize(mapping, sep=".")` gives (checked on every
+    committed record), written out because json_normalize builds a DataFrame per call, a tenth
+    of a report's time."""
+    out: dict = {}
+    for key, value in mapping.items():
+        if isinstance(value, dict):
+            out.update(_flatten(value, f"{prefix}{key}."))
+        else:
+            out[f"{prefix}{key}"] = value
+    return out
 
 
 def _to_dict_resolving_what_we_can(node: Any) -> Any:

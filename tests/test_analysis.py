@@ -844,11 +844,12 @@ def test_cli_prints_table_then_figure_paths(tmp_path, runs_root, capsys) -> None
 
 def test_cli_on_an_empty_root_exits_2_with_one_line(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    done = module_here("analysis.report", str(tmp_path / "empty"), "--out", str(tmp_path))
+    out = tmp_path / "rep"  # (--out holding the runs root is refused: test_catalogue's reports)
+    done = module_here("analysis.report", str(tmp_path / "empty"), "--out", str(out))
     assert done.returncode == 2
     assert done.stdout == ""
     assert done.stderr.startswith("error: no runs") and len(done.stderr.splitlines()) == 1
-    assert not (tmp_path / "table.md").exists()
+    assert not out.exists()
 
 
 def test_report_on_only_unfinished_runs_says_so(tmp_path: Path) -> None:

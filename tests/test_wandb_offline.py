@@ -142,9 +142,12 @@ def test_a_sweep_asks_w_and_b_once_and_refuses_every_point(tmp_path: Path) -> No
             env=online(url, "y" * 40),
         )  # fmt: skip
     assert proc.returncode == 2
-    errors = [line for line in proc.stderr.splitlines() if line.startswith("error: seed=")]
-    assert [e.split(":")[1] for e in errors] == [" seed=0", " seed=1", " seed=2"]
-    assert all("does not accept the API key" in e for e in errors)
+    # each point refused as it came ("failed seed=N: ..."), then the reason said once, at the end
+    failed = [line for line in proc.stderr.splitlines() if line.startswith("failed seed=")]
+    assert [f.split(":")[0] for f in failed] == ["failed seed=0", "failed seed=1", "failed seed=2"]
+    (error,) = [line for line in proc.stderr.splitlines() if line.startswith("error: seed=")]
+    assert error.startswith("error: seed=0, seed=1, seed=2: ")
+    assert all("does not accept the API key" in line for line in [*failed, error])
     assert len(requests) == 1  # once for the command, not once per point
     assert not list(tmp_path.glob("runs/*"))
 
