@@ -50,12 +50,11 @@ import argparse  # noqa: E402 - after the stop handlers above
 import contextlib
 import difflib
 import io
-import re
 import shlex
 import signal
 import subprocess
 import sys
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 
 from analysis.records import RECORDS, read_records
@@ -70,6 +69,7 @@ from experiments.errors import (
 )
 from experiments.store import records as run_records
 from experiments.store.provenance import REPO
+from experiments.workers.startup import stops_held
 
 # Provenance lines that name this recomputation rather than the result.
 # (`sweep command` is appended by the sweep that made the runs, which a report cannot know.)
@@ -79,8 +79,6 @@ FIGURE_SUFFIXES = (".png", ".pdf")
 # result's content. Value-taking ones drop their value too.
 DROPPED_FLAGS = {"--require-clean": False, "--out-root": True, "--out": True}
 PROVENANCE = "provenance.txt"
-# how analysis.report says a stop it took (its exit code is then 2; 128 + N under stoppable)
-REPORT_STOPPED = re.compile(r"\bstopped by (SIG[A-Z0-9]+)\b")
 
 
 def result_dirs(results: Path) -> list[Path]:
@@ -168,12 +166,11 @@ def _first_difference(committed: Path, recomputed: Path) -> str:
 
 
 def _provenance_lines(path: Path) -> dict[str, str]:
-    lines = {}
-    for line in run_records.read_text(path).splitlines():
-        key, _, value = line.partition(": ")
-        if key not in OWN_LINES:
-            lines[key] = value
-    return lines
+    """The provenance's lines that describe the result (OWN_LINES aside)."""
+    from analysis.report_staging import provenance_fields
+
+    fields = provenance_fields(run_records.read_text(path))
+    return {key: value for key, value in fields.items() if key not in OWN_LINES}
 
 
 def compare(result: Path, out: Path) -> list[str]:
@@ -226,25 +223,19 @@ def quiet_report(args: Sequence[str]) -> str | None:
         code = report_main(list(args))
     if code == 0:
         return None
+    _raise_a_stop(code)
     said = stderr.getvalue().strip().splitlines()
     last = said[-1] if said else ""
-    _raise_a_stop(code, last)
     return f"the report failed: {last or f'exit {code}'}"
 
 
-def _raise_a_stop(code: int, said: str) -> None:
-    """The stop that ended the report (exit 130 for Ctrl-C, 128 + N, or 2 saying `stopped by
-    SIGN`), raised as the stop analysis/stops.py turns into this command's line and code."""
-    signums = {int(s) for s in STOP_SIGNALS}
-    if code == 128 + signal.SIGINT:
+def _raise_a_stop(code: int) -> None:
+    """The stop that ended the report (its exit code 128 + N: 130 for Ctrl-C), raised as the
+    stop analysis/stops.py turns into this command's line and code."""
+    signum = code - 128
+    if signum == signal.SIGINT:
         raise KeyboardInterrupt
-    if code - 128 in signums:
-        raise Stopped(code - 128)
-    named = REPORT_STOPPED.search(said)
-    if code == 2 and named and hasattr(signal, named[1]):
-        signum = int(getattr(signal, named[1]))
-        if signum == signal.SIGINT:
-            raise KeyboardInterrupt
+    if signum in {int(s) for s in STOP_SIGNALS}:
         raise Stopped(signum)
 
 
@@ -388,22 +379,6 @@ def checkout_line(commit: str, modified: Sequence[str]) -> str:
     return line
 
 
-@contextlib.contextmanager
-def stops_held() -> Iterator[None]:
-    """Within: the stop signals wait (taken once the block is done): a result is written whole
-    or not at all. Outside the main thread (a test calling main()): nothing changes."""
-    import threading
-
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-    previous = signal.pthread_sigmask(signal.SIG_BLOCK, STOP_SIGNALS)
-    try:
-        yield
-    finally:
-        signal.pthread_sigmask(signal.SIG_SETMASK, previous)
-
-
 def update(result: Path, out: Path, commit: str) -> list[str]:
     """Copy the recomputation in `out` into the committed `result` (module docstring); the
     names of the files that changed. A result that recomputes unchanged is left untouched."""
@@ -441,36 +416,22 @@ def update(result: Path, out: Path, commit: str) -> list[str]:
 
 
 def _write_all(writes: dict[Path, bytes]) -> None:
-    """Each file's new bytes written beside it first (fsynced temporaries), then renamed into
-    place: a failed write (a full disk) changes none of them (an OutputError naming it)."""
+    """Each file's new bytes written beside it first (`staged`: fsynced temporaries), then
+    renamed into place: a failed write (a full disk) changes none of them (an OutputError
+    naming it)."""
     import os
-    import tempfile
 
-    staged: list[tuple[str, Path]] = []
+    temporaries: list[tuple[str, Path]] = []
     try:
         for target, data in writes.items():
-            try:
-                fd, tmp = tempfile.mkstemp(
-                    dir=target.parent, prefix=f".{target.name}.", suffix=".tmp"
-                )
-            except OSError as error:
-                raise OutputError(target, error) from None
-            staged.append((tmp, target))
-            try:
-                os.fchmod(fd, run_records.file_mode())
-                with os.fdopen(fd, "wb") as f:
-                    f.write(data)
-                    f.flush()
-                    os.fsync(f.fileno())
-            except OSError as error:
-                raise OutputError(target, error) from None
-        for tmp, target in staged:
+            temporaries.append((run_records.staged(target, data), target))
+        for tmp, target in temporaries:
             try:
                 os.replace(tmp, target)
             except OSError as error:
                 raise OutputError(target, error) from None
     finally:
-        for tmp, _ in staged:
+        for tmp, _ in temporaries:
             Path(tmp).unlink(missing_ok=True)
 
 

@@ -112,13 +112,17 @@ def check_out(
             )
 
 
+def provenance_fields(text: str) -> dict[str, str]:
+    """A provenance.txt's `key: value` lines (analysis/report.py `write_provenance`) as a dict."""
+    return {key: value for key, _, value in (line.partition(": ") for line in text.splitlines())}
+
+
 def _provenance_of(path: Path) -> dict[str, str]:
-    """The `key: value` lines of a result's provenance.txt ({} when it cannot be read)."""
+    """A result's provenance.txt (`provenance_fields`; {} when it cannot be read)."""
     try:
-        lines = path.read_text().splitlines()
+        return provenance_fields(path.read_text())
     except (OSError, UnicodeDecodeError):
         return {}
-    return dict(line.split(": ", 1) for line in lines if ": " in line)
 
 
 def _report_folder(out: Path, name: str) -> bool:

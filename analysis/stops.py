@@ -29,8 +29,8 @@ import threading
 from collections.abc import Callable, Iterator
 
 from experiments.errors import Stopped
+from experiments.workers.startup import STOP_SIGNALS  # run.py's: the same five
 
-STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 UNFINISHED = "what it had finished is kept, nothing of the interrupted work was written"
 
 

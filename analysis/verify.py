@@ -81,7 +81,6 @@ from analysis.recompute import (
     report_args,
     results_parser,
     results_trees,
-    stops_held,
 )
 from analysis.records import RECORDS, dumps, read_records, run_record
 from analysis.stops import stoppable
@@ -90,6 +89,8 @@ from experiments.errors import UserError, refuse_inert_flags
 from experiments.store import records as run_records
 from experiments.store.fingerprint import describe
 from experiments.store.provenance import REPO
+from experiments.sweep import kill_group
+from experiments.workers.startup import stops_held
 
 TOLERANCE_SDS = 3.0
 MIN_TOLERANCE = 0.01
@@ -210,7 +211,7 @@ def rerun(record: dict, out_root: Path) -> dict[str, Any]:
             _stop_group(proc)
         raise
     finally:
-        _kill_group(proc.pid)  # nothing of the rerun outlives it (a worker its run.py left)
+        kill_group(proc, only_left=True)  # nothing of the rerun outlives it (a worker run.py left)
     if proc.returncode != 0:
         said = (stderr.strip().splitlines() or [f"exit {proc.returncode}"])[-1]
         raise UserError(f"the rerun failed (exit {proc.returncode}): {said}")
@@ -238,15 +239,7 @@ def _stop_group(proc: subprocess.Popen) -> None:
     try:
         proc.wait(timeout=STOP_GRACE_S)
     except subprocess.TimeoutExpired:
-        _kill_group(proc.pid)
-        proc.wait()
-
-
-def _kill_group(pgid: int) -> None:
-    try:
-        os.killpg(pgid, signal.SIGKILL)
-    except OSError:  # none left
-        pass
+        kill_group(proc)
 
 
 def _acc(value: Any) -> str:

@@ -40,6 +40,7 @@ override, an interpolation error) into the one line printed after `error: `.
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import shutil
@@ -93,6 +94,7 @@ from experiments.checks.wandb_login import (  # noqa: F401 - re-exported
 )
 from experiments.data import params as data_params
 from experiments.errors import UserError
+from experiments.store.provenance import REPO
 
 
 def min_free_mb() -> float:
@@ -484,7 +486,7 @@ def check_inert_keys(
             raise UserError(entry[2].format(key=shown, **cfg) + where)
 
 
-CONF_DIR = Path(__file__).resolve().parents[1] / "conf"
+CONF_DIR = REPO / "conf"
 
 
 # The DEPENDENT_KEYS a preset or scale file is held to as the command line is: those of the
@@ -502,29 +504,19 @@ def set_by_files(config: DictConfig) -> dict[str, str]:
     <name>`. Why: a network set by a preset on the real clock is as inert as one on the command
     line (issue 50), and is refused the same way. Read from the files (plain YAML), not from
     Hydra: {} for a config without its `hydra` node or a file that cannot be read."""
-    import yaml
-
     try:
         choices = config.hydra.runtime.choices
         chosen = [("experiment", choices.get("experiment")), ("scale", choices.get("scale"))]
     except Exception:  # no hydra node: nothing to attribute
         return {}
-
-    def load(path: Path) -> dict[str, Any]:
-        try:
-            data = yaml.safe_load(path.read_text())
-        except (OSError, UnicodeDecodeError, yaml.YAMLError):
-            return {}  # (Hydra composed it: an unreadable file cannot get here)
-        return data if isinstance(data, dict) else {}
-
-    root = load(CONF_DIR / "config.yaml")
+    root = _conf_file("config.yaml")
     root_groups = _defaults(root)
     root_values = dict(_flat(root))
     found: dict[str, str] = {}
     for group, name in chosen:
         if name in (None, "null"):
             continue
-        data = load(CONF_DIR / group / f"{name}.yaml")
+        data = _conf_file(f"{group}/{name}.yaml")
         where = f"{'preset' if group == 'experiment' else 'scale'} {name}"
         for key, option in _defaults(data).items():
             if option != root_groups.get(key) and _file_key(key):
@@ -533,6 +525,20 @@ def set_by_files(config: DictConfig) -> dict[str, str]:
             if value != root_values.get(key, object()) and _file_key(key):
                 found.setdefault(key, where)
     return found
+
+
+@functools.lru_cache(maxsize=64)
+def _conf_file(relative: str) -> dict[str, Any]:
+    """A file of conf/ as plain YAML, read once per process (a sweep checks every point: the
+    same few files each time); {} when it cannot be read (Hydra composed it: an unreadable
+    file cannot get here)."""
+    import yaml
+
+    try:
+        data = yaml.safe_load((CONF_DIR / relative).read_text())
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _file_key(key: str) -> bool:

@@ -135,12 +135,12 @@ def run_children(commands: list[list[str]], ctrl_c_as: int = signal.SIGINT) -> l
             time.sleep(0.25)  # (a blocking wait would not see a stop)
             if stops and time.monotonic() - stops[0][1] > GRACE_S:  # end it all
                 for child in children:
-                    _kill_group(child)
+                    kill_group(child)
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
         for child in children:
-            _kill_group(child, only_left=True)
+            kill_group(child, only_left=True)
     if stops:
         raise Stop(stops[0][0])
     return [child.wait() for child in children]
@@ -164,7 +164,7 @@ def shares(command: list[str], jobs: int, overrides: list[str]) -> list[list[str
     return [[*command, *threads, f"hydra.sweeper.shard={k}/{jobs}"] for k in range(jobs)]
 
 
-def _kill_group(child: subprocess.Popen, only_left: bool = False) -> None:
+def kill_group(child: subprocess.Popen, only_left: bool = False) -> None:
     """SIGKILL the child's process group (the command and what it started that stayed in it);
     `only_left`: only what is left once the command itself ended."""
     try:
@@ -371,7 +371,7 @@ def check_tuning(experiment: str, scale: str, overrides: list[str]) -> None:
     and key otherwise, before any run (a run would refuse it at every point)."""
     import yaml
 
-    from experiments.config.tuned import check_tuned
+    from experiments.config.tuned import check_tuned, tuning_preset
     from experiments.errors import UserError
 
     preset_file = CONF / "experiment" / f"{experiment}.yaml"
@@ -381,7 +381,7 @@ def check_tuning(experiment: str, scale: str, overrides: list[str]) -> None:
         fail(f"cannot read the preset {preset_file}: {str(e).splitlines()[0]}")
     preset = preset if isinstance(preset, dict) else {}
     report = preset.get("report") if isinstance(preset.get("report"), dict) else {}
-    named = report.get("tuned_from") or preset.get("experiment_name") or experiment
+    named = tuning_preset(report, preset.get("experiment_name")) or experiment
     for override in overrides:  # (the command line wins, as in the run's config)
         key, _, value = override.lstrip("+").partition("=")
         if key in ("experiment_name", "report.tuned_from") and value:

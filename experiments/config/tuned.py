@@ -40,7 +40,8 @@ import yaml
 
 from experiments.errors import UserError
 
-TUNED_DIR = Path(__file__).resolve().parents[2] / "conf" / "tuned"
+CHECKOUT = Path(__file__).resolve().parents[2]
+TUNED_DIR = CHECKOUT / "conf" / "tuned"
 
 
 def tuned_path(scale: str, preset: str | None = None) -> Path:
@@ -80,9 +81,8 @@ def check_tuned(scale: str, preset: str | None = None) -> list[Path]:
 
 def shown(path: str | os.PathLike) -> str:
     """A tuning file as its user can open it: relative to the checkout when inside it."""
-    path = Path(path).absolute()
-    root = Path(__file__).resolve().parents[2]  # the checkout (TUNED_DIR may be moved: tests)
-    return str(path.relative_to(root)) if root in path.parents else str(path)
+    path = Path(path).absolute()  # (against the checkout, not TUNED_DIR: tests move that)
+    return str(path.relative_to(CHECKOUT)) if CHECKOUT in path.parents else str(path)
 
 
 def read_tuned(path: Path) -> dict[str, Any]:
@@ -166,12 +166,16 @@ def tuned_entry(scale: str, preset: str | None, algorithm: str) -> tuple[float, 
     return None
 
 
+def tuning_preset(report: Any, experiment_name: Any) -> Any:
+    """The preset whose tuning file a run reads: the one its `report.tuned_from` names (a
+    preset may take another's rates: the same setting, another budget), else its own."""
+    return (report or {}).get("tuned_from") or experiment_name
+
+
 def tuned_lr(default: float, *, _root_: Any) -> float:
     """The base LR chosen for the run's algorithm: in its preset's file at the run's scale, else
     in the scale's file, else `default`."""
-    report = _root_.get("report") or {}
-    # a preset may take another's rates (`report.tuned_from`: the same setting, another budget)
-    preset = report.get("tuned_from") or _root_.get("experiment_name")
+    preset = tuning_preset(_root_.get("report"), _root_.get("experiment_name"))
     found = tuned_entry(
         str(_root_.scale.name), str(preset) if preset else None, str(_root_.algorithm.name)
     )

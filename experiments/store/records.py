@@ -80,6 +80,23 @@ def write_text_atomic(path: Path, text: str) -> None:
 def write_bytes_atomic(path: Path, data: bytes | None = None, writer=None) -> None:
     """`write_text_atomic` for bytes, or for what `writer(file)` writes (torch.save)."""
     path = Path(path)
+    tmp = staged(path, data, writer)
+    try:
+        os.replace(tmp, path)
+    except OSError as error:
+        Path(tmp).unlink(missing_ok=True)
+        raise OutputError(path, error) from None
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def staged(path: Path, data: bytes | None = None, writer=None) -> str:
+    """A temporary file beside `path` holding `data` (or what `writer(file)` writes), flushed
+    to disk: what `write_bytes_atomic` renames over `path`, or a caller renames with others
+    (analysis/recompute.py: several files of one result). An OutputError naming `path` when it
+    cannot be written, no temporary left."""
+    path = Path(path)
     tmp = None
     try:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
@@ -98,7 +115,7 @@ def write_bytes_atomic(path: Path, data: bytes | None = None, writer=None) -> No
                     raise
             f.flush()
             os.fsync(f.fileno())
-        os.replace(tmp, path)
+        return tmp
     except OSError as error:
         if tmp is not None:
             Path(tmp).unlink(missing_ok=True)
