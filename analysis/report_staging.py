@@ -16,6 +16,7 @@ from typing import Any
 
 from analysis.records import RECORDS
 from experiments.errors import UserError
+from experiments.workers.startup import stops_held
 
 FIGURE_NAME = "test_acc"
 TIME_FIGURE_NAME = "time"
@@ -145,36 +146,25 @@ def staged_report(out: str | os.PathLike, name: str = "table"):
     out = Path(out)
     _check_out(out)
     parent = out.absolute().parent
-    stops = [getattr(signal, n) for n in STOP_SIGNALS]
-
-    def hold():  # the stop signals wait (they are taken at `release`)
-        return signal.pthread_sigmask(signal.SIG_BLOCK, stops) if threading_main() else None
-
-    def release(held) -> None:
-        if held is not None:
-            signal.pthread_sigmask(signal.SIG_SETMASK, held)
-
     kept = f"the previous report in {out} is unchanged" if out.exists() else "nothing written"
     work, published = None, False
     try:
         try:
-            held = hold()  # the folder made and known before a stop can be taken
-            try:
-                parent.mkdir(parents=True, exist_ok=True)
-                work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
-                os.chmod(work, 0o777 & ~_umask())
-            except OSError as error:
-                why = error.strerror or error
-                raise UserError(f"cannot write the report into {out}: {why}") from None
-            finally:
-                release(held)
+            # held by their handlers, not pthread_sigmask: the kernel hands a signal blocked in
+            # this thread to OpenBLAS's, and the handler ran between mkdtemp and `work =`,
+            # leaving the folder behind (CI at 4cc98ad: recompute-term-after-the-first-result)
+            with stops_held():  # the folder made and known before a stop can be taken
+                try:
+                    parent.mkdir(parents=True, exist_ok=True)
+                    work = Path(tempfile.mkdtemp(prefix=f".{out.name}.", suffix=".tmp", dir=parent))
+                    os.chmod(work, 0o777 & ~_umask())
+                except OSError as error:
+                    why = error.strerror or error
+                    raise UserError(f"cannot write the report into {out}: {why}") from None
             yield work
-            held = hold()  # complete: into place in one step, no stop taken meanwhile
-            try:
+            with stops_held():  # complete: into place in one step, no stop taken meanwhile
                 _replace_folder(work, out, name)
                 published = True
-            finally:
-                release(held)
         except (KeyboardInterrupt, _Signalled) as stop:
             name_ = getattr(stop, "name", "SIGINT")
             code = 128 + int(getattr(signal, name_))  # the shell's code: 130 for Ctrl-C

@@ -98,3 +98,21 @@ def test_a_reader_that_went_away_ends_the_command_quietly():
     err = proc.stderr.read().decode()
     assert proc.wait(timeout=120) == 141
     assert err == ""
+
+
+def test_a_stop_hidden_by_a_failed_clean_up_is_still_the_stop(capsys):
+    """A library's `finally` that fails on the state a stop left (argparse's
+    parse_intermixed_args raised AttributeError 'save_nargs' on a SIGTERM in its parsing) is
+    said as the stop, not as that error's traceback."""
+    from analysis.stops import stoppable
+    from experiments.errors import Stopped
+
+    @stoppable("demo")
+    def main():
+        try:
+            raise Stopped(signal.SIGTERM)
+        finally:
+            raise AttributeError("'_StoreAction' object has no attribute 'save_nargs'")
+
+    assert main() == 143
+    assert capsys.readouterr().err.startswith("error: demo: stopped by SIGTERM; ")
