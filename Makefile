@@ -141,7 +141,7 @@ figures: $(STAMP) ## Figures 4 and 5 of the Overlap-Local-SGD paper (runs what i
 	$(call SWEEP,fig5)
 
 tune: $(STAMP) ## Each method's base LR on a validation split, seeds 100-101, grid extended past an edge: at the demo's setting -> conf/tuned/$(SCALE).yaml; PRESET=name: at that preset's -> conf/tuned/$(SCALE)/name.yaml
-	$(PY) -m analysis.tune_preset $(or $(PRESET),tune) --scale $(SCALE) --cluster sim --out-root "$(OUT)"
+	$(PY) -m analysis.tuning.tune_preset $(or $(PRESET),tune) --scale $(SCALE) --cluster sim --out-root "$(OUT)"
 
 controls: $(STAMP) ## The controls at VERDICT_SCALE (fmnist): effects it must detect, identities it must call equivalent (results/controls)
 	$(call VSWEEP,controls,$(VERDICT_SCALE))
@@ -180,11 +180,11 @@ report-check: $(STAMP)
 
 # Every committed result (the demo and the tables at SCALE, the verdicts' presets at VERDICT_SCALE, the
 # controls at both), then results/README.md: one row per claim of the seed papers, with its
-# verdict (analysis/verdict_page.py; with PUBLISH=1 or RESULTS=results the committed page).
+# verdict (analysis/reports/verdict_page.py; with PUBLISH=1 or RESULTS=results the committed page).
 report: report-check controls demo table1 table2 figures losp overlap-straggler pseudo-sync pseudo-sync-speed overlap-sync ## Every preset (controls first), then the verdicts page $(OUT)/results/README.md (PUBLISH=1: results/README.md)
 	$(call VSWEEP,controls,$(SCALE))
 	$(call SWEEP,low_comm)
-	$(PY) -m analysis.verdict_page --results \
+	$(PY) -m analysis.reports.verdict_page --results \
 		"$(if $(filter 1 yes true,$(PUBLISH)),results,$(if $(RESULTS),$(RESULTS),$(OUT)/results))"
 
 # A W&B comparison report of PRESET's runs at SCALE ($(OUT)/<PRESET>/runs, as the preset's target
@@ -193,19 +193,19 @@ report: report-check controls demo table1 table2 figures losp overlap-straggler 
 # WANDB_MODE=online saves it to W&B (WANDB_API_KEY or `wandb login`) and prints its URL.
 wandb-report: $(STAMP) ## A W&B comparison report of PRESET's runs at SCALE: its spec beside the results (WANDB_MODE=online: saved to W&B)
 	@test -n "$(PRESET)" || { echo "error: make wandb-report needs PRESET=<name> (a preset of conf/experiment)" >&2; exit 2; }
-	$(PY) -m analysis.wandb_report "$(OUT)/$(PRESET)/runs" --experiment $(PRESET) --scale $(SCALE) \
+	$(PY) -m analysis.reports.wandb_report "$(OUT)/$(PRESET)/runs" --experiment $(PRESET) --scale $(SCALE) \
 		--out "$(if $(RESULTS),$(RESULTS),$(OUT)/results)/$(PRESET)/$(SCALE)" \
 		--set=cluster=$(strip $(CLUSTER)) --mode $(if $(filter online,$(WANDB_MODE)),online,offline)
 
 # Every committed result rebuilt from its committed runs.jsonl.gz alone (no training) into
 # $(OUT)/recompute, then compared with results/: tables and claims byte for byte.
 recompute: $(STAMP) ## Rebuild every committed table and claims from its records (seconds), compare with results/
-	$(PY) -m analysis.recompute --out "$(OUT)/recompute"
+	$(PY) -m analysis.reproduce.recompute --out "$(OUT)/recompute"
 
-# A stated sample of committed points (analysis/verify.py SAMPLE) trained again and compared
+# A stated sample of committed points (analysis/reproduce/verify.py SAMPLE) trained again and compared
 # with their records: identical on the same platform, within the seeds' spread on another.
 verify: $(STAMP) ## Rerun a sample of committed points and compare with their records (<= 10 min)
-	$(PY) -m analysis.verify
+	$(PY) -m analysis.reproduce.verify
 
 bench: $(STAMP) ## Performance benchmarks as ratios side by side (1-2 h on 2 cores): benchmarks/RESULTS.md
 	$(PY) -m benchmarks

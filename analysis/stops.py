@@ -1,11 +1,11 @@
 """Ctrl-C and the stop signals in the results commands (recompute, verify, verdict_page,
 wandb_report, tune_preset, status): one `error:` line on stderr, no traceback, and the exit code
 a shell gives a process that signal ended: 130 for Ctrl-C, 128 + N for signal N (143 for
-SIGTERM, 129 for SIGHUP). A reader that went away (`python -m analysis.status | head`) ends the
+SIGTERM, 129 for SIGHUP). A reader that went away (`python -m analysis.runs.status | head`) ends the
 command quietly with 141, as SIGPIPE would. What the command had finished before the stop stays;
 what it was doing is not recorded as a result (each command's files are written atomically: a
-stop leaves the previous file, or none). analysis/report.py keeps its own stops (its report is
-staged whole, analysis/report_staging.py) and the sweep driver its own (experiments/sweep.py: it
+stop leaves the previous file, or none). analysis/reports/report.py keeps its own stops (its report
+is staged whole, analysis/reports/staging.py) and the sweep driver its own (experiments/sweep.py: it
 passes the stop on to its runs).
 
     @stoppable("recompute")

@@ -51,7 +51,7 @@ def compose(overrides: list[str]) -> dict:
 
 
 def threads_for(cfg: dict, local_workers: int) -> int:
-    """The suite's rule (experiments/runner.py): threads_per_worker, else cores / workers."""
+    """The suite's rule (experiments/worker.py): threads_per_worker, else cores / workers."""
     return cfg.get("threads_per_worker") or max(1, (os.cpu_count() or 1) // local_workers)
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
-from analysis.load import ALGORITHMS  # the README's order, baseline first
+from analysis.runs.load import ALGORITHMS  # the README's order, baseline first
 from benchmarks import harness as h
 from benchmarks.family_overhead import _step_level
 from benchmarks.section import (

@@ -299,7 +299,7 @@ def check_algorithms(budget: Budget) -> list[str]:
 
 def check_dtypes(budget: Budget) -> list[str]:
     from benchmarks import harness as h
-    from experiments.runner import DTYPES
+    from experiments.worker import DTYPES
 
     (run,) = h.suite(
         [*SMOKE, "cluster=sim", "workers=2", "cluster.device=cuda", "dtype=float64"],

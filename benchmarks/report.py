@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
-from typing import Any
 
 from benchmarks.families import Section
 
@@ -138,12 +137,20 @@ def as_json(
     }
 
 
-def write(path: Path, *parts: Any, intro: str = INTRO) -> str:
-    """Write `path` (Markdown) and `path` with suffix .json; return the Markdown. `parts`: the
-    sections, meta, errors and retries of `markdown` and `as_json`; `intro`: the Markdown's
-    opening text, the full bench's by default."""
-    text = markdown(*parts, intro=intro)
+def write(
+    path: Path,
+    sections: list[Section],
+    meta: dict,
+    errors: dict[str, str],
+    retries: list[str] = (),
+    intro: str = INTRO,
+) -> str:
+    """Write `path` (Markdown) and `path` with suffix .json; return the Markdown. `sections`,
+    `meta`, `errors` and `retries` as `markdown` and `as_json` take them; `intro`: the
+    Markdown's opening text, the full bench's by default."""
+    text = markdown(sections, meta, errors, retries, intro=intro)
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(text)
-    path.with_suffix(".json").write_text(json.dumps(as_json(*parts), indent=1, default=str) + "\n")
+    document = as_json(sections, meta, errors, retries)
+    path.with_suffix(".json").write_text(json.dumps(document, indent=1, default=str) + "\n")
     return text

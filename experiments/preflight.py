@@ -157,7 +157,7 @@ def check_config(
 def note_outside_out_root(plain: dict[str, Any], run_dir: Path, sweep: bool = False) -> None:
     """One `warning:` line when `hydra.run.dir` (`hydra.sweep.dir`) puts the run outside
     `<out_root>/runs`, where the suite's readers look for it (the sweep driver's report,
-    analysis.status, `make` targets): the run goes where it was asked to, said once."""
+    analysis.runs.status, `make` targets): the run goes where it was asked to, said once."""
     from experiments import out_dir
 
     try:
@@ -169,7 +169,8 @@ def note_outside_out_root(plain: dict[str, Any], run_dir: Path, sweep: bool = Fa
     key = "hydra.sweep.dir" if sweep else "hydra.run.dir"
     print(
         f"warning: {key} puts this run in {run_dir.absolute()}, outside {runs} (out_root's runs):"
-        " the reports, analysis.status and the sweep driver that read out_root will not see it",
+        " the reports, analysis.runs.status and the sweep driver that read out_root will not"
+        " see it",
         file=sys.stderr,
         flush=True,
     )

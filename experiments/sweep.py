@@ -8,7 +8,7 @@ is what `make table1`, `make table2`, `make figures`, `make report` and `make de
 point whose directory holds a finished run of the same config is skipped, so an interrupted
 sweep resumes where it stopped and no finished result is recomputed or overwritten; a point
 that fails is recorded and the others run. Then it writes the report of what finished,
-`python -m analysis.report --experiment <name> --scale <scale>`, into
+`python -m analysis.reports.report --experiment <name> --scale <scale>`, into
 `<results>/<name>/<scale>/`, and ends with one `error:` line per reason its points failed for
 (naming the points) and a non-zero exit code when any failed. A stop (Ctrl-C, SIGTERM, SIGHUP,
 SIGUSR1/2) is passed on to the
@@ -253,7 +253,9 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     if args.publish and args.results:
         fail("give --publish (the checkout's results/) or --results DIR, not both")
     if args.publish:
-        from experiments.store.records import git_commit  # not analysis.report's: pandas, scipy
+        from experiments.store.records import (
+            git_commit,  # not analysis.reports.report's: pandas, scipy
+        )
 
         if git_commit(REPO).endswith("-dirty"):
             fail(
@@ -319,7 +321,7 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
     report = [
         sys.executable,
         "-m",
-        "analysis.report",
+        "analysis.reports.report",
         "--experiment",
         args.experiment,
         "--scale",

@@ -2,7 +2,7 @@
 (tests/test_catalogue.py); this module runs it and checks what every case must leave.
 
 A case runs one command (`python run.py ...` by default, or `python -m experiments.sweep`,
-`python -m analysis.status`) either in this process (`inproc`: pre-flight errors, damaged
+`python -m analysis.runs.status`) either in this process (`inproc`: pre-flight errors, damaged
 records found before any worker starts; fast, and no worker may start:
 `experiments.workers.dist.spawn` is replaced by a trap) or as a real process (everything that starts
 workers, signals, a disk
@@ -158,13 +158,13 @@ def planted(where: str, content: bytes | str | None = "mine\n") -> Callable[[Ctx
 # the commands a case may run as `python -m <module>` (`cmd`: the key)
 MODULES = {
     "sweep": "experiments.sweep",
-    "status": "analysis.status",
-    "report": "analysis.report",
-    "recompute": "analysis.recompute",
-    "verify": "analysis.verify",
-    "tune_preset": "analysis.tune_preset",
-    "wandb_report": "analysis.wandb_report",
-    "verdict_page": "analysis.verdict_page",
+    "status": "analysis.runs.status",
+    "report": "analysis.reports.report",
+    "recompute": "analysis.reproduce.recompute",
+    "verify": "analysis.reproduce.verify",
+    "tune_preset": "analysis.tuning.tune_preset",
+    "wandb_report": "analysis.reports.wandb_report",
+    "verdict_page": "analysis.reports.verdict_page",
 }
 
 

@@ -1,8 +1,9 @@
 """The catalogue's cases of issue 50 (the results tools as safe as the training engine) for the
-pages and readers: `python -m analysis.verdict_page`, `python -m analysis.wandb_report`,
-`python -m analysis.report` and `python -m analysis.status`: tests/test_catalogue.py runs them
-with the others (tests/catalogue.py's machinery). The classes: results-out (1: an --out that
-would destroy a result or the command's input, refused before any work), results-checks (2: a
+pages and readers: `python -m analysis.reports.verdict_page`, `python -m
+analysis.reports.wandb_report`,
+`python -m analysis.reports.report` and `python -m analysis.runs.status`: tests/test_catalogue.py
+runs them with the others (tests/catalogue.py's machinery). The classes: results-out (1: an --out
+that would destroy a result or the command's input, refused before any work), results-checks (2: a
 result missing a part is an error naming it; a check of nothing fails), results-stops (3: one
 line, the signal's exit code, nothing written), results-atomic (4: a failed write leaves the
 previous file), results-inputs (5: a damaged claims.json refused with its path and what is
@@ -68,7 +69,7 @@ def results(*, claims_json: bytes | str | None = None, claims_md: bool = True) -
             where.mkdir(parents=True)
             (where / "claims.json").write_text(json.dumps({"title": folder, "claims": claims}))
             (where / "claims.md").write_text(f"# {folder}\n")
-            (where / "provenance.txt").write_text("command: python -m analysis.report\n")
+            (where / "provenance.txt").write_text("command: python -m analysis.reports.report\n")
         target = root / "controls" / "cpu" / "claims.json"
         if claims_json == "":
             target.unlink()
@@ -510,7 +511,8 @@ add(
         "out-is-empty",
         "results-bad-input",
         ("{tmp}/runs", "--out", ""),
-        line=r"^error: argument --out: is empty: name a folder \(python -m analysis.wandb_report",
+        line=r"^error: argument --out: is empty: name a folder \(python -m "
+        r"analysis.reports.wandb_report",
     ),
     R(
         "out-holds-its-runs-root",
@@ -559,7 +561,8 @@ add(
         "out-is-empty",
         "results-bad-input",
         ("{tmp}/runs", "--out", ""),
-        line=r"^error: argument --out: is empty: name a folder \(python -m analysis.report --help",
+        line=r"^error: argument --out: is empty: name a folder \(python -m analysis.reports.report "
+        r"--help",
     ),
     S(
         "check-of-an-empty-root",
@@ -610,6 +613,7 @@ add(
         "an-unknown-flag",
         "results-bad-input",
         ("--bogus",),
-        line=r"^error: unrecognized arguments: --bogus \(python -m analysis.verdict_page --help\)$",
+        line=r"^error: unrecognized arguments: --bogus \(python -m analysis.reports.verdict_page "
+        r"--help\)$",
     ),
 )

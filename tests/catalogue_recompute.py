@@ -1,5 +1,5 @@
 """The catalogue's cases of issue 50 (the results tools as safe as the training engine) for `python
--m analysis.recompute` (make recompute): tests/test_catalogue.py runs them with the others
+-m analysis.reproduce.recompute` (make recompute): tests/test_catalogue.py runs them with the others
 (tests/catalogue.py's machinery).
 
 Each case works on a copy of the committed demo result (results/demo/cpu) under its own folder:
@@ -102,9 +102,9 @@ def untouched(ctx: Ctx, result: Result) -> None:
 
 def clean_checkout(monkeypatch, ctx: Ctx) -> None:
     """A checkout without modified tracked files (--update refuses any other)."""
-    import analysis.report
+    import analysis.reports.report
 
-    monkeypatch.setattr(analysis.report, "git_commit", lambda repo=None: "1" * 40)
+    monkeypatch.setattr(analysis.reports.report, "git_commit", lambda repo=None: "1" * 40)
 
 
 def staging(name: str, out: str = "o/demo") -> Callable[[Ctx], bool]:
@@ -471,14 +471,14 @@ CASES += [
     damaged(
         "provenance-unbalanced-quote",
         "provenance.txt",
-        "command: python -m analysis.report 'runs --out x\n",
+        "command: python -m analysis.reports.report 'runs --out x\n",
         "its command line does not parse",
     ),
     damaged(
         "provenance-another-command",
         "provenance.txt",
         "command: python run.py -m\n",
-        "made by `python run.py -m`, not by analysis.report",
+        "made by `python run.py -m`, not by analysis.reports.report",
     ),
     damaged("records-empty", RECORDS, b"", "runs.jsonl.gz: empty (0 bytes)"),
     damaged("records-not-gzip", RECORDS, BINARY, "not a gzip-compressed JSON-lines file"),

@@ -1,5 +1,5 @@
 """The catalogue's cases of issue 50 (the results tools as safe as the training engine) for `python
--m analysis.verify` (make verify): tests/test_catalogue.py runs them with the others
+-m analysis.reproduce.verify` (make verify): tests/test_catalogue.py runs them with the others
 (tests/catalogue.py's machinery).
 
 Each case works on a copy of the committed demo result (tests/catalogue_recompute.py's helpers).
@@ -88,10 +88,10 @@ def no_scratch_left(ctx: Ctx, result: Result) -> None:
 
 def modified_checkout(monkeypatch, ctx: Ctx) -> None:
     """A checkout with a modified tracked file, which verify must name."""
-    import analysis.verify
+    import analysis.reproduce.verify
     import experiments.store.records
 
-    monkeypatch.setattr(analysis.verify, "modified_files", lambda: ["analysis/claims.py"])
+    monkeypatch.setattr(analysis.reproduce.verify, "modified_files", lambda: ["analysis/claims/"])
     monkeypatch.setattr(
         experiments.store.records, "git_commit", lambda repo=None: "0" * 40 + "-dirty"
     )
@@ -169,7 +169,8 @@ CASES: list[Case] = [
         "a-preset-without-a-sample",
         "results-checks",
         "{tmp}/results/newpreset/cpu",
-        r"^error: \S+/newpreset/cpu: no point of the sample \(SAMPLE in analysis/verify.py\) "
+        r"^error: \S+/newpreset/cpu: no point of the sample "
+        r"\(SAMPLE in analysis/reproduce/verify.py\) "
         r"among its committed runs: nothing to verify$",
         setup=demo_result("results/newpreset/cpu"),
     ),
@@ -202,7 +203,7 @@ CASES: list[Case] = [
         setup=plants(demo_result(), altered_record(_set("overrides", ["foo=1"]))),
         patch=modified_checkout,
         check=output_has(
-            "; 1 modified tracked files: analysis/claims.py",
+            "; 1 modified tracked files: analysis/claims/",
             f"demo/cpu {FIRST}: DIFFERS: the rerun failed (exit 2)",
         ),
     ),

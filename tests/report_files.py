@@ -1,5 +1,6 @@
 """What the report tests share: the figure files a report writes into its --out folder, in the
-order the report CLI prints their paths (tests/test_analysis.py, tests/test_report.py)."""
+order the report CLI prints their paths (tests/analysis/reports/test_analysis.py,
+tests/analysis/reports/test_report.py)."""
 
 FIGURE_FILES = (
     "test_acc.png",

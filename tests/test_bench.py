@@ -10,7 +10,7 @@ import math
 
 import pytest
 
-from analysis.load import ALGORITHMS
+from analysis.runs.load import ALGORITHMS
 from benchmarks.families import FAMILIES, HELD_BY_DESIGN
 from tests.cli import module, module_here
 

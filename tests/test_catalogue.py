@@ -1256,7 +1256,7 @@ def failed_and_read_as_failed(pattern: str):
     def check(ctx: Ctx, result: Result) -> None:
         import re
 
-        from analysis.status import run_status
+        from analysis.runs.status import run_status
 
         (run,) = [p for p in (ctx.data["mount"] / "runs").iterdir() if p.name[0] != "."]
         s = json.loads((run / "summary.json").read_text())
@@ -1269,8 +1269,8 @@ def failed_and_read_as_failed(pattern: str):
 
 def still_running_read_as_failed(ctx: Ctx, result: Result) -> None:
     """Nothing can be written on a read-only disk, the final summary neither: it still says
-    `running`, and analysis.status reads it as failed once its heartbeat is stale."""
-    from analysis.status import run_status
+    `running`, and analysis.runs.status reads it as failed once its heartbeat is stale."""
+    from analysis.runs.status import run_status
 
     (run,) = [p for p in (ctx.data["mount"] / "runs").iterdir() if p.name[0] != "."]
     assert json.loads((run / "summary.json").read_text())["status"] == "running"
@@ -1500,10 +1500,10 @@ def checkout(commit: str):
     report's and the sweep's checks."""
 
     def patch(monkeypatch, ctx: Ctx) -> None:
-        import analysis.report
+        import analysis.reports.report
         import experiments.store.records
 
-        monkeypatch.setattr(analysis.report, "git_commit", lambda repo=None: commit)
+        monkeypatch.setattr(analysis.reports.report, "git_commit", lambda repo=None: commit)
         monkeypatch.setattr(experiments.store.records, "git_commit", lambda repo: commit)
 
     return patch
@@ -1616,7 +1616,7 @@ def stopped_run(*args: str):
 def names_both_commits(ctx: Ctx, result: Result) -> None:
     """The resumed run names the checkpoint's (modified) commit for its first steps and this
     checkout's for the rest, is marked -dirty, and a report that must be clean refuses it."""
-    from analysis.report import main as report_main
+    from analysis.reports.report import main as report_main
     from experiments.store.records import git_sha
     from tests.cli import in_process
 
@@ -1791,7 +1791,8 @@ add(
         "report-unknown-flag-in-one-line",
         "report",
         "{tmp}/runs --out {tmp}/rep --requre-clean",
-        r"^error: unrecognized arguments: --requre-clean \(python -m analysis.report --help\)$",
+        r"^error: unrecognized arguments: --requre-clean \(python -m analysis.reports.report "
+        r"--help\)$",
         setup=demo_runs(),
     ),
     F(
@@ -2448,7 +2449,7 @@ ACTS = "acts"
 #: each command's flags (argparse's, by their first long name; positionals by their dest): ACTS,
 #: or the catalogue case that shows it refused where it cannot act
 FLAG_ROLES: dict[str, dict[str, str]] = {
-    "analysis.report": {
+    "analysis.reports.report": {
         "--help": ACTS,
         "roots": ACTS,
         "--out": ACTS,
@@ -2460,7 +2461,7 @@ FLAG_ROLES: dict[str, dict[str, str]] = {
         "--require-clean": "provenance:report-refuses-a-run-resumed-on-a-clean-tree",
         "--conf": "flags:report-conf-without-experiment",
     },
-    "analysis.status": {
+    "analysis.runs.status": {
         "--help": ACTS,
         "root": ACTS,
         "--experiment": ACTS,
@@ -2468,14 +2469,14 @@ FLAG_ROLES: dict[str, dict[str, str]] = {
         "--stale-after": "flags:status-stale-after-0",
         "--check": ACTS,
     },
-    "analysis.recompute": {
+    "analysis.reproduce.recompute": {
         "--help": ACTS,
         "dirs": ACTS,
         "--results": "flags:recompute-results-with-dirs",
         "--out": ACTS,
         "--update": ACTS,
     },
-    "analysis.verify": {
+    "analysis.reproduce.verify": {
         "--help": ACTS,
         "dirs": ACTS,
         "--results": "flags:verify-results-with-dirs",
@@ -2483,7 +2484,7 @@ FLAG_ROLES: dict[str, dict[str, str]] = {
         "--run": ACTS,
         "--out": ACTS,
     },
-    "analysis.wandb_report": {
+    "analysis.reports.wandb_report": {
         "--help": ACTS,
         "roots": ACTS,
         "--out": ACTS,
@@ -2495,7 +2496,7 @@ FLAG_ROLES: dict[str, dict[str, str]] = {
         "--entity": ACTS,  # written into the report's spec offline too
         "--project": ACTS,
     },
-    "analysis.tune_preset": {
+    "analysis.tuning.tune_preset": {
         "--help": ACTS,
         "preset": ACTS,
         "--scale": ACTS,
@@ -2518,9 +2519,9 @@ FLAG_ROLES: dict[str, dict[str, str]] = {
         "--jobs": "flags:sweep-jobs-0",
         "overrides": ACTS,  # with --no-run too: the report's --set
     },
-    "analysis.verdict_page": {"--help": ACTS, "--results": ACTS, "--out": ACTS},
-    # listed only (another change owns analysis.tune): each of its flags acts
-    "analysis.tune": {
+    "analysis.reports.verdict_page": {"--help": ACTS, "--results": ACTS, "--out": ACTS},
+    # listed only (another change owns analysis.tuning.tune): each of its flags acts
+    "analysis.tuning.tune": {
         "--help": ACTS,
         "roots": ACTS,
         "--scale": ACTS,

@@ -1,6 +1,7 @@
 """A run has converged only when more training would not change its accuracy, not because its LR
-schedule decayed the LR (analysis/convergence.py): the plateau must show before the final decay,
-the training loss must have stopped falling before each earlier one, and the end must hold too.
+schedule decayed the LR (analysis/runs/convergence.py): the plateau must show before the final
+decay, the training loss must have stopped falling before each earlier one, and the end must hold
+too.
 
 Before, the 5-epoch demo marked every run converged (EASGD and EAMSGD included), yet 20 epochs
 added about 0.1 to both: after the final decay the curves are flat because the LR is tiny."""
@@ -15,7 +16,7 @@ import pandas as pd
 import pytest
 from omegaconf import OmegaConf
 
-from analysis.convergence import (
+from analysis.runs.convergence import (
     CRITERION,
     DEFINITION,
     converged,
@@ -188,7 +189,7 @@ def test_the_definition_under_every_table_states_the_rule() -> None:
 def sim_run(run_dir: Path, *overrides: str) -> list[dict]:
     """A real run (workers as threads of this process), its metric rows."""
     from experiments.data.datasets import load_dataset
-    from experiments.runner import train_worker
+    from experiments.worker import train_worker
     from experiments.workers import sim
     from tests.compose import composed
 

@@ -109,7 +109,9 @@ def test_sweep_then_table_and_figure(tmp_path):
     assert not (tmp_path / "runs" / "multirun.yaml").exists()  # the sweep's own record instead
     (record,) = (tmp_path / "sweeps").iterdir()
     assert (record / "multirun.yaml").is_file() and (record / "sweep.json").is_file()
-    report = module("analysis.report", str(tmp_path / "runs"), "--out", str(tmp_path / "report"))
+    report = module(
+        "analysis.reports.report", str(tmp_path / "runs"), "--out", str(tmp_path / "report")
+    )
     assert report.returncode == 0, report.stderr
     assert "sync_sgd" in report.stdout and "local_sgd" in report.stdout
     for name in ("table.md", "table.csv", "test_acc.png", "test_acc.pdf"):

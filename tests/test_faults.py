@@ -305,7 +305,7 @@ def test_an_interrupted_write_leaves_the_previous_file(tmp_path, monkeypatch):
 
 
 def test_the_analysis_skips_and_reports_unreadable_records(tmp_path):
-    from analysis.load import load_runs
+    from analysis.runs.load import load_runs
 
     def make(name, summary_text, config_text="algorithm:\n  name: sync_sgd\ntau: 1\n"):
         run = tmp_path / name

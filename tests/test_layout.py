@@ -58,7 +58,7 @@ def test_rooms_import_downwards_only():
 def test_every_module_is_in_a_room():
     """No module lies loose in experiments/ but the entry points and the errors."""
     loose = {p.stem for p in (ROOT / "experiments").glob("*.py")}
-    assert loose == {"__init__", "errors", "runner", "preflight", "sweep"}, loose
+    assert loose == {"__init__", "errors", "runner", "worker", "preflight", "sweep"}, loose
     for name in ORDER[1:-1]:
         assert (ROOT / "experiments" / name / "__init__.py").exists(), name
 
@@ -228,3 +228,81 @@ def test_no_file_over_the_limit_without_its_reason():
         if "One file because" not in " ".join(doc.split()):
             long.append(f"{rel}: {lines} lines")
     assert not long, "\n".join(long)
+
+
+# --- The rooms of analysis/ -----------------------------------------------------------------------
+#
+# analysis/__init__.py lists them: each imports from its own room and the rooms listed above it
+# (a lower number), never from one at its own number but another room (reproduce and tuning are
+# peers) or above. `stops` is the one module at the top of analysis/, everyone's.
+
+ANALYSIS_ROOMS = {
+    "stops": 0,
+    "runs": 1,
+    "stats": 2,
+    "claims": 3,
+    "reports": 4,
+    "reproduce": 5,
+    "tuning": 5,
+}
+
+
+def analysis_room(module: str) -> str:
+    """The room of `analysis.<...>`: its sub-package, or `stops`; the package itself is
+    everyone's (its docstring only)."""
+    parts = module.split(".")
+    assert parts[0] == "analysis", module
+    return parts[1] if len(parts) > 1 else "stops"
+
+
+def test_analysis_rooms_import_downwards_only():
+    modules = suite_modules()
+    wrong = []
+    for name, path in modules.items():
+        if not name.startswith("analysis."):
+            continue
+        own = analysis_room(name)
+        for line, module in suite_imports(name, path, modules):
+            if not module.startswith("analysis"):
+                continue
+            other = analysis_room(module)
+            if other != own and ANALYSIS_ROOMS[other] >= ANALYSIS_ROOMS[own]:
+                wrong.append(f"{path.relative_to(ROOT)}:{line} ({own}) imports {module} ({other})")
+    assert not wrong, "\n".join(wrong)
+
+
+def test_analysis_is_in_rooms_each_saying_what_it_offers():
+    """At most six modules at the top of analysis/; every room a package whose docstring names
+    each of its modules, and no folder of analysis/ that is not a room."""
+    top = sorted(p.name for p in (ROOT / "analysis").glob("*.py"))
+    assert len(top) <= 6 and top == ["__init__.py", "stops.py"], top
+    folders = {p.name for p in (ROOT / "analysis").iterdir() if p.is_dir()} - {"__pycache__"}
+    assert folders == set(ANALYSIS_ROOMS) - {"stops"}, folders
+    for room in folders:
+        init = ROOT / "analysis" / room / "__init__.py"
+        doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+        unnamed = [
+            p.name
+            for p in sorted(init.parent.glob("*.py"))
+            if p.name != "__init__.py" and p.name not in doc
+        ]
+        assert not unnamed, f"analysis/{room}/__init__.py does not name {unnamed}"
+
+
+def test_every_module_says_what_it_is_for():
+    """The first lines of every module of the suite are its docstring."""
+    silent = [
+        str(path.relative_to(ROOT))
+        for path in [*suite_modules().values(), *sorted((ROOT / "hydra_plugins").rglob("*.py"))]
+        if not ast.get_docstring(ast.parse(path.read_text()))
+    ]
+    assert not silent, silent
+
+
+def test_the_analysis_room_check_sees_an_import_upwards():
+    """The check itself: claims importing the reports is upwards; tuning and reproduce are
+    peers, so neither may import the other."""
+    assert ANALYSIS_ROOMS[analysis_room("analysis.reports.tables")] > ANALYSIS_ROOMS["claims"]
+    assert analysis_room("analysis.stops") == "stops"
+    rank = ANALYSIS_ROOMS
+    assert rank[analysis_room("analysis.tuning.tune")] == rank["reproduce"]

@@ -94,7 +94,7 @@ def record(run_dir: Path) -> tuple[dict, list[dict]]:
 
 def train(runs: list[tuple[dict, Path]], worker=None) -> list:
     from experiments.data.datasets import load_dataset
-    from experiments.runner import train_worker
+    from experiments.worker import train_worker
     from experiments.workers import sim
 
     bundle = load_dataset(runs[0][0]["dataset"])
@@ -171,7 +171,7 @@ class FailingSteps:
 def test_a_seed_that_fails_leaves_the_others_records_as_they_are_alone(tmp_path, fail_at):
     """Seed 1's worker 1 fails (before it joins the stacked replicas, or at its 4th step):
     seed 1 fails naming it; seeds 0 and 2 complete, their records those of runs alone."""
-    from experiments.runner import train_worker
+    from experiments.worker import train_worker
 
     def worker(cfg, run_dir, worker_id, backend, bundle, stopper, group, device, **kw):
         if cfg["seed"] == 1 and worker_id.rank == 1:

@@ -1,6 +1,6 @@
 """Pairing by seed is sound: a seed gives every method the same partition, the same data order
 and augmentation on each worker and the same initial model, so the claims' paired tests
-(analysis/stats.py) compare methods on the same luck. A different seed changes the order and
+(analysis/stats/) compare methods on the same luck. A different seed changes the order and
 the model (the partition is `partition.seed`'s, as in the reference code)."""
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from omegaconf import OmegaConf
 from experiments.config import schema
 from experiments.data.datasets import load_dataset
 from experiments.data.partition import make_partition
-from experiments.runner import initial_model, worker_loader
+from experiments.worker import initial_model, worker_loader
 from tests.compose import composed
 
 METHODS = ("sync_sgd", "local_sgd", "osp", "eamsgd", "powersgd", "overlap_local_sgd")

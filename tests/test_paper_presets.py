@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from analysis.grid import PointConfigs, compose_preset, expand_sweeps
+from analysis.runs.grid import PointConfigs, compose_preset, expand_sweeps
 from experiments.config import schema
 from experiments.config.tuned import load_tuned
 from experiments.training.clock import Network
@@ -148,8 +148,8 @@ def test_the_overlap_closed_form_with_evaluation_drains_matches_a_run(tmp_path):
 @pytest.mark.parametrize("scale", ["cpu", "paper"])
 def test_tables_run_overlap_at_tau_1_with_the_papers_base_lr(preset, scale):
     """issue 13 item 5: "when tau=1, alpha=0.5 and base learning rate 0.15". The preset's grids,
-    as analysis/grid.py lists them (what a report counts as missing): Overlap-Local-SGD at tau = 1
-    only with lr 0.15, at tau 2, 4, 8 with the base LR, every other method unchanged."""
+    as analysis/runs/grid.py lists them (what a report counts as missing): Overlap-Local-SGD at tau
+    = 1 only with lr 0.15, at tau 2, 4, 8 with the base LR, every other method unchanged."""
     preset_ = compose_preset(preset, scale)
     points = expand_sweeps(preset_.sweeps)
     assert len(points) == 5 * 4 * 3  # every (method, tau, seed) once
@@ -167,7 +167,7 @@ def test_tables_run_overlap_at_tau_1_with_the_papers_base_lr(preset, scale):
     for point in points:
         cfg = configs(point)
         overlap_tau1 = point["algorithm.name"] == "overlap_local_sgd" and point["tau"] == 1
-        # `config.lr`: the run frames' name of the config's lr (analysis/load.py)
+        # `config.lr`: the run frames' name of the config's lr (analysis/runs/load.py)
         expected = 0.15 if overlap_tau1 else base_lr[point["algorithm.name"]]
         assert cfg["config.lr"] == expected, point
         assert ("config.lr" in point) == overlap_tau1

@@ -113,7 +113,7 @@ def test_the_readme_first_screen_is_enough():
 
 
 def test_the_readme_verdict_count_is_the_verdicts_page():
-    """The README's count of verdicts is the committed page's (analysis/verdict_page.py)."""
+    """The README's count of verdicts is the committed page's (analysis/reports/verdict_page.py)."""
 
     def count(path: Path) -> list[str]:
         return [ln for ln in path.read_text().splitlines() if ln.startswith("Verdicts: ")]

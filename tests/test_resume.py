@@ -56,8 +56,8 @@ def rows(run_dir: Path) -> list[dict]:
 
 
 def _train(cfg, run_dir: Path, rank: int, m: int, bundle, group):
-    from experiments.runner import train_worker
     from experiments.store.checkpoint import Stopper
+    from experiments.worker import train_worker
     from experiments.workers import dist as d
 
     run_dir.mkdir(parents=True, exist_ok=True)

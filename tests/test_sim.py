@@ -90,8 +90,8 @@ def rows(run_dir: Path) -> list[dict]:
 def _gloo_runs(rank: int, m: int, configs: dict, root: str) -> dict:
     """In each gloo worker process: every case, as `run.py`'s worker processes run it."""
     from experiments.data.datasets import load_dataset
-    from experiments.runner import train_worker
     from experiments.store.checkpoint import Stopper
+    from experiments.worker import train_worker
     from experiments.workers import dist as d
 
     control = dist.new_group(backend="gloo")
@@ -119,8 +119,8 @@ def gloo_runs(tmp_path_factory) -> Path:
 
 def sim_run(cfg: dict, run_dir: Path) -> str:
     from experiments.data.datasets import load_dataset
-    from experiments.runner import train_worker
     from experiments.store.records import read_summary
+    from experiments.worker import train_worker
     from experiments.workers import sim
 
     run_dir.mkdir(parents=True, exist_ok=True)
@@ -254,7 +254,7 @@ def test_timing_real_with_cluster_sim_is_a_one_line_error():
 def test_a_sim_worker_draws_what_a_worker_process_draws():
     """Model initialisation in threads draws the numbers of one process (under the lock)."""
     from experiments.data.datasets import load_dataset
-    from experiments.runner import initial_model
+    from experiments.worker import initial_model
 
     cfg = config("sim")
     job = schema.from_record(cfg)

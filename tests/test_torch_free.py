@@ -244,7 +244,7 @@ BAD_VALUES: dict[str, tuple[str, str] | None] = {
         "scale.network.bandwidth_gbps=0",
         "scale.network.bandwidth_gbps must be > 0",
     ),
-    "report": None,  # read and checked by analysis/ (analysis/report.py _check_node)
+    "report": None,  # read and checked by analysis/ (analysis/reports/report.py _check_node)
     "dataset.name": ("dataset=synthetic dataset.name=nope", "unknown dataset.name 'nope'"),
     "dataset.validation_fraction": (
         "dataset.validation_fraction=1",

@@ -19,9 +19,9 @@ from omegaconf import OmegaConf
 import algorithms
 from algorithms.base import Algorithm
 from algorithms.base_config import Config as AlgorithmConfig
-from analysis.figures import curves_figure
-from analysis.load import ALGORITHMS, TAU_LESS, load_runs, load_summaries
-from analysis.tables import final_accuracy_table
+from analysis.reports.figures import curves_figure
+from analysis.reports.tables import final_accuracy_table
+from analysis.runs.load import ALGORITHMS, TAU_LESS, load_runs, load_summaries
 from experiments.config import schema
 from tests.cli import run_py_here
 from tests.test_wandb import wandb_records

@@ -75,7 +75,7 @@ def test_a_completed_run_is_ready_for_a_comparison_report(tmp_path):
     assert summary["final/test_acc"] == record["final/test_acc"]
     assert summary["best/test_acc"] == record["best/test_acc"]
     assert "diverged_at_step" in summary
-    # what a comparison report's table and panels read (analysis/wandb_report.py)
+    # what a comparison report's table and panels read (analysis/reports/wandb_report.py)
     assert isinstance(summary["converged"], bool) and summary["comm/bytes"] > 0
     assert summary["target_acc"] == 0.5 and "time_to_target_s" in summary  # scale=smoke's
     (run,) = records["run"]

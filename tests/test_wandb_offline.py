@@ -311,9 +311,9 @@ def test_the_summary_has_what_a_reports_table_computes(
 ) -> None:
     """`converged` and the time to the target accuracy, as analysis computes them from the
     same metric rows (a fixture run that converged and reached the target)."""
-    from analysis.convergence import run_convergence
-    from analysis.load import load_runs
-    from analysis.tables import time_to_target
+    from analysis.reports.tables import time_to_target
+    from analysis.runs.convergence import run_convergence
+    from analysis.runs.load import load_runs
 
     calls = fake_init(monkeypatch)
     sink, run_dir = sink_for(tmp_path)

@@ -9,5 +9,6 @@ experiments/errors.py), tests/test_layout.py checks it:
     store     what a run leaves on disk: records, metrics log and W&B, checkpoints
     training  one worker's training: models, the loop, evaluation, schedule, clocks, faults
     workers   how workers are started and talk: processes (dist), threads (sim), start-up
-    (top)     runner (one run, start to end), preflight (checks before any work), sweep (CLI)
+    (top)     runner (one run, start to end), worker (one worker's set-up and training),
+              preflight (checks before any work), sweep (CLI)
 """

@@ -1,5 +1,5 @@
 """Tuned learning rates: `conf/tuned/<scale>/<preset>.yaml` (tuned at that preset's own
-setting: `make tune PRESET=<preset> SCALE=<scale>`, analysis/tune_preset.py) or else
+setting: `make tune PRESET=<preset> SCALE=<scale>`, analysis/tuning/tune_preset.py) or else
 `conf/tuned/<scale>.yaml` (the demo's setting: `make tune SCALE=<scale>`, the same driver), read
 by the scale's
 `lr` through the `tuned_lr` resolver: a preset's runs (`experiment_name`) take their preset's

@@ -340,7 +340,7 @@ class Stop:
 # stays for a rerun). A stop signal that comes before the workers train (start-up) stops the run the
 # same way at its first safe step; one that comes while run.py has started no worker yet ends
 # it at once, with the record saying so (nothing to save: a rerun starts it). SIGKILL cannot be
-# caught: the summary stays `running` and `analysis.status` reports the run as failed once its
+# caught: the summary stays `running` and `analysis.runs.status` reports the run as failed once its
 # heartbeat is stale.
 STOPS: dict[signal.Signals, Stop] = {
     signal.SIGUSR1: Stop("SLURM's time-limit warning (sbatch --signal=USR1@120)", requeue=True),

@@ -57,7 +57,7 @@ is good: a method at a poor learning rate can converge to a poor accuracy, which
 and a claim that compares a row whose runs did not all converge cannot tell (`analysis.claims`).
 
 The rule lives here, below the analysis, because the metrics log (experiments/store/log.py)
-judges a run by it as the run closes, as the tables do; analysis/convergence.py applies it to a
+judges a run by it as the run closes, as the tables do; analysis/runs/convergence.py applies it to a
 frame of many runs' metric rows.
 """
 

@@ -23,8 +23,8 @@ result must be able to tell a platform difference from a defect, so every run re
 
 and `key`: a 12-hex digest of all of it. Two runs with the same key computed with the same
 kernels, so the same configuration gives the same bits; two keys that differ may give other
-digits (analysis/verify.py says how much other). The host name is not in it: two machines of
-one kind are one platform.
+digits (analysis/reproduce/verify.py says how much other). The host name is not in it: two machines
+of one kind are one platform.
 """
 
 from __future__ import annotations

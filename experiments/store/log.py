@@ -18,7 +18,7 @@ it (mode `disabled`, `offline` (default) or `online`), shaped for comparison rep
   `time_to_target_s`); a failed run finishes with its non-zero exit code, an interrupted one
   (checkpoint saved, a rerun resumes) is marked preempting (exit code 3).
 
-analysis/wandb_report.py builds the comparison report on these.
+analysis/reports/wandb_report.py builds the comparison report on these.
 
 W&B starts in a thread of its own (importing wandb and starting its service take seconds, even
 offline): the training does not wait for it; rows logged before it is up are kept and sent
@@ -211,7 +211,7 @@ class WandbSink:
             job_type=cfg["algorithm"]["name"],
             name=run_name,
             tags=wandb_tags(cfg),  # to filter and group by in a W&B comparison report
-            # the config (its keys group a report's rows: analysis/wandb_report.py) and the
+            # the config (its keys group a report's rows: analysis/reports/wandb_report.py) and the
             # commit, which a report's run set filters on
             config={**cfg, "git_sha": _git_sha(run_dir)},
             settings=wandb.Settings(**settings),
@@ -294,7 +294,7 @@ class WandbSink:
         lrs = [number(r, "lr") for r in rows]
         if rows and not any(math.isnan(v) for v in lrs):
             decays = evaluations_before_decays(lrs)
-        else:  # as analysis/convergence.py reads a run without its LR column
+        else:  # as analysis/runs/convergence.py reads a run without its LR column
             cfg = self._cfg
             starts = decay_starts(
                 cfg["epochs"], cfg["lr_decay_at"], cfg["lr_decay"], cfg["warmup_epochs"]

@@ -18,7 +18,7 @@ REPO = Path(__file__).resolve().parents[2]
 def command_line(
     args: Sequence[str],
     out_root: str | os.PathLike | None = None,
-    module: str = "analysis.report",
+    module: str = "analysis.reports.report",
 ) -> str:
     """How to type this command again, from the checkout's root: `python -m <module> <args>`,
     every path in it as `public_path` gives it."""

@@ -94,8 +94,8 @@ def write_bytes_atomic(path: Path, data: bytes | None = None, writer=None) -> No
 def staged(path: Path, data: bytes | None = None, writer=None) -> str:
     """A temporary file beside `path` holding `data` (or what `writer(file)` writes), flushed
     to disk: what `write_bytes_atomic` renames over `path`, or a caller renames with others
-    (analysis/recompute.py: several files of one result). An OutputError naming `path` when it
-    cannot be written, no temporary left."""
+    (analysis/reproduce/recompute.py: several files of one result). An OutputError naming `path`
+    when it cannot be written, no temporary left."""
     path = Path(path)
     tmp = None
     try:
@@ -161,7 +161,7 @@ def _jsonable(x: Any) -> Any:
 class DamagedRecord(UserError, ValueError):
     """A record file that cannot be used: `path`, and `why` in a few words. A UserError: run.py
     refuses to go on over it (one line, exit code 2); the analysis skips its run with a
-    warning (analysis/load.py)."""
+    warning (analysis/runs/load.py)."""
 
     def __init__(self, path: str | os.PathLike, why: str) -> None:
         super().__init__(f"{path}: {why}")
@@ -296,6 +296,12 @@ def supersede(run_dir: Path) -> Path:
         if not entry.name.startswith(".lock"):
             shutil.move(str(entry), str(target / entry.name))
     return target
+
+
+def now() -> str:
+    """The time stamp a run's record holds (summary.json's `started_at`, `finished_at`, a resume's
+    and an interruption's `at`): local time with its UTC offset."""
+    return time.strftime("%Y-%m-%dT%H:%M:%S%z")
 
 
 def update_summary(

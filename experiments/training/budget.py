@@ -35,7 +35,7 @@ sooner, then waits. On a time budget T (virtual seconds, `budget.time_s`):
   the training is what it would be with no evaluation at all. Points before T are scored on
   `eval_images` test images (a fixed stratified subset, the same for every method and seed);
   T on the whole test set, with each worker's own model too (`test/acc_local`).
-- **Time to target** is then known every `eval_every_s` (analysis/tables.py interpolates the
+- **Time to target** is then known every `eval_every_s` (analysis/reports/tables.py interpolates the
   crossing between the two points around it; docs/statistics.md).
 
 Checkpoints and stop requests: where the workers make the same steps, as with the steps budget

@@ -120,10 +120,10 @@ class Position:
 
 @dataclass
 class Checkpointing:
-    """What the runner hands the loop for checkpoints (experiments/store/checkpoint.py):
-    `save(state, step, epoch, reason)` writes one consistently on every worker; `stopper` carries
-    the stop requests; `every` is in epochs (0: on stop requests only); `resume` is a saved
-    state."""
+    """What the worker's set-up (experiments/worker.py) hands the loop for checkpoints
+    (experiments/store/checkpoint.py): `save(state, step, epoch, reason)` writes one consistently
+    on every worker; `stopper` carries the stop requests; `every` is in epochs (0: on stop
+    requests only); `resume` is a saved state."""
 
     save: Callable[[dict, int, int, str], object]
     stopper: Stopper
@@ -608,7 +608,7 @@ HEARTBEAT_S = 30.0
 
 class Heartbeat:
     """`heartbeat.json` in the run directory, rewritten at most every HEARTBEAT_S seconds with
-    the step and the time: how `python -m analysis.status` tells a running run from one whose
+    the step and the time: how `python -m analysis.runs.status` tells a running run from one whose
     job died without a word (a killed job cannot update its summary)."""
 
     def __init__(self, path: Path | None, total: int):

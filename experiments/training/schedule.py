@@ -71,7 +71,8 @@ def lr_at(
 @dataclass(frozen=True)
 class Schedule:
     """One run's LR schedule: the keys of the run's config that `lr_at` reads, the workers that
-    run and the dtype's `limit`. The runner makes it and the loop asks it for each step's LR."""
+    run and the dtype's `limit`. The worker's set-up (experiments/worker.py) makes it and the
+    loop asks it for each step's LR."""
 
     lr: float
     batch_size: int

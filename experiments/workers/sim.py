@@ -1,6 +1,6 @@
 """`cluster=sim`: the m workers of a run as threads of this one process.
 
-Each worker thread runs exactly what a worker process runs (`runner.train_worker`): its own
+Each worker thread runs exactly what a worker process runs (`worker.train_worker`): its own
 model replica, optimizer, data shard, random streams (experiments/data/datasets.py) and algorithm
 instance, every algorithm unchanged. Their collectives go through `algorithms.group.ThreadGroup`
 instead of gloo: matched by sequence number, reduced in rank order by the last worker to
@@ -113,9 +113,9 @@ def check_in_process(cfg: dict[str, Any]) -> None:
 
 def run(cfg: dict[str, Any], run_dir: Path, bundle, train_worker: Callable) -> bool:
     """Train the run in `cfg` with its workers as threads of this process, each thread running
-    `train_worker` (experiments/runner.py's, passed in: this room sits below the runner); rank
-    0 writes the records. Returns whether a Ctrl-C came (as `dist.spawn`). Raises `WorkerFailed`
-    when a worker failed, `Cancelled` on a hard Ctrl-C."""
+    `train_worker` (experiments/worker.py's, passed in by the runner: this room sits below
+    both); rank 0 writes the records. Returns whether a Ctrl-C came (as `dist.spawn`). Raises
+    `WorkerFailed` when a worker failed, `Cancelled` on a hard Ctrl-C."""
     (outcome,) = run_lockstep([(cfg, run_dir, bundle)], train_worker)
     if isinstance(outcome, BaseException):
         raise outcome

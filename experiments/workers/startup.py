@@ -46,7 +46,7 @@ PRELOAD = [
     "torch.utils.data",
     "algorithms",
     "experiments",
-    "experiments.runner",
+    "experiments.worker",
     "experiments.training.loop",
     "experiments.data.datasets",
     "experiments.data.partition",

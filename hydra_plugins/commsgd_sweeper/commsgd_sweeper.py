@@ -234,16 +234,16 @@ class CommsgdSweeper(Sweeper):
         return outcomes
 
     def _compare(self, outcomes: list[Outcome]) -> None:
-        """An ad-hoc sweep ends with its comparison (analysis/adhoc.py); a failure to make it
-        is one line, never the sweep's."""
-        from analysis.adhoc import sweep_comparison
+        """An ad-hoc sweep ends with its comparison (analysis/reports/adhoc.py); a failure to make
+        it is one line, never the sweep's."""
+        from analysis.reports.adhoc import sweep_comparison
 
         dirs = [o.run_dir for o in outcomes if o.run_dir and o.status != "failed"]
         if len({*dirs}) < 2:
             return
         target = OmegaConf.select(self.config, "scale.target_acc", default=None)
         runs = str(Path(str(OmegaConf.select(self.config, "out_root", default="outputs"))) / "runs")
-        command = f"python -m analysis.report {runs} --out {Path(runs).parent / 'report'}"
+        command = f"python -m analysis.reports.report {runs} --out {Path(runs).parent / 'report'}"
         try:
             lines = sweep_comparison(dirs, None if target is None else float(target), command)
         except Exception as e:  # the runs are the result; the summary is a courtesy
@@ -263,7 +263,7 @@ class CommsgdSweeper(Sweeper):
                 for _, outcome in batch:
                     outcome.status, outcome.exit_code = "failed", 1
                     outcome.error = (
-                        f"the launcher failed: {describe(e)} (python -m analysis.status)"
+                        f"the launcher failed: {describe(e)} (python -m analysis.runs.status)"
                     )
                 continue
             finally:

@@ -1,0 +1,442 @@
+"""results/README.md: one row per headline claim of the seed papers, with its verdict.
+
+    python -m analysis.reports.verdict_page [--results results] [--out results/README.md]
+
+(`make report` ends with it.) Reads every committed result's `claims.json` (written by the
+report beside `claims.md`: analysis/claims/ `ClaimResult.as_dict`) and writes one page:
+the controls first (a scale that fails them supports no verdict), then per paper each claim with
+the suite's setting, n, the verdict, the effect with its interval, the minimum detectable
+difference at 80% power (and the n needed where the test cannot tell), and the command that
+regenerates it. A headline claim no committed result tests is listed with the reason
+(`NOT_TESTED`). Nothing here computes a statistic: every number is the report's.
+
+What it reads and writes (issue 50): every result folder under --results (`<preset>/<scale>/`
+holding any file a report writes) must hold its `claims.json`, a JSON object whose `claims` is a
+list of claims as the report writes them (empty for a preset that checks none, the demo), and
+its `claims.md` (the page links it): a part missing or damaged is one `error:` line naming the
+file, exit code 2, and no page is written (a page without a result's rows would read as
+complete). It writes one file, --out (by default `<results>/README.md`), all at once (a
+temporary file renamed over it: a full disk or a stop leaves the previous page); --out must be a
+new file in an existing folder or a previous verdicts page, never a directory, a file inside a
+result folder (its input among them) nor any other existing file, refused in one line before any
+work. A full disk or an I/O error while writing: one line, exit code 1. Ctrl-C or a stop signal:
+one line, exit code 128 + the signal's number (130 for Ctrl-C), the previous page left
+(analysis/stops.py).
+"""
+
+from __future__ import annotations
+
+import sys
+
+if __name__ == "__main__":  # a stop while the statistics import (seconds): one line, no page
+    from analysis.stops import stop_early
+
+    stop_early("verdict_page")
+
+import argparse  # noqa: E402 - after the stop handlers above
+import math  # noqa: E402
+import os  # noqa: E402
+from collections.abc import Sequence  # noqa: E402
+from pathlib import Path  # noqa: E402
+from typing import Any  # noqa: E402
+
+from analysis.reports.staging import report_files  # noqa: E402
+from analysis.stats import _magnitude, _signed  # noqa: E402
+from analysis.stops import stoppable  # noqa: E402
+from experiments.errors import OutputError, UserError, one_line_errors  # noqa: E402
+from experiments.store.provenance import REPO  # noqa: E402
+from experiments.store.records import (  # noqa: E402
+    DamagedRecord,
+    kind,
+    read_json_object,
+    write_text_atomic,
+)
+
+TITLE = "# The seed papers' claims: verdicts"  # the page's first line: what --out may replace
+
+# Where each claim comes from: (paper, figure or table).
+SOURCES: dict[str, tuple[str, str]] = {
+    "control_local_sgd_loses_accuracy_at_large_tau": (
+        "control (positive)",
+        "Overlap-Local-SGD sec. 1",
+    ),
+    "control_noniid_below_iid": ("control (positive)", "Overlap-Local-SGD tables 1 vs 2"),
+    "control_sync_slower_on_a_modeled_network": ("control (positive)", "timing model"),
+    "control_osp_equals_losp_on_ideal_network": ("control (negative)", "identity"),
+    "overlap_best_at_every_tau": ("Overlap-Local-SGD", "tables 1, 2; fig. 5"),
+    "overlap_above_sync_at_small_tau": ("Overlap-Local-SGD", "tables 1, 2"),
+    "eamsgd_worst": ("Overlap-Local-SGD", "table 1"),
+    "cocod_diverges_at_large_tau_overlap_does_not": ("Overlap-Local-SGD", "table 2"),
+    "overlap_ratio_far_below_sync": ("Overlap-Local-SGD", "fig. 4"),
+    "powersgd_exposed_above_local_methods": ("Overlap-Local-SGD", "fig. 4"),
+    "overlap_sooner_than_sync_and_local": ("Overlap-Local-SGD", "figs. 4, 5"),
+    "overlap_stragglers_do_not_wait": ("Overlap-Local-SGD", "sec. 3, stragglers"),
+    "losp_beats_osp": ("LOSP", "accuracy"),
+    "losp_sooner_than_osp": ("LOSP", "time to accuracy"),
+    "osp_losp_faster_than_sync_under_heterogeneity": ("OSP / LOSP", "heterogeneous workers"),
+    "osp_losp_fast_workers_do_not_wait": ("OSP / LOSP", "fast workers' idle time"),
+    "pseudo_sync_matches_sync": ("pseudo-synchronous SGD", "accuracy"),
+    "pseudo_sync_faster_than_sync": ("pseudo-synchronous SGD", "speed"),
+    "pseudo_sync_scales_better": ("pseudo-synchronous SGD", "weak scaling"),
+    "streaming_diloco_less_peak_same_accuracy": ("Streaming DiLoCo", "peak bandwidth"),
+    "diloco_not_worse_than_local_sgd": ("DiLoCo", "outer optimizer"),
+    "overlapping_methods_reach_target_sooner_on_slow_network": ("Streaming DiLoCo", "overlap"),
+}
+PAPER_ORDER = [
+    "control (positive)",
+    "control (negative)",
+    "Overlap-Local-SGD",
+    "LOSP",
+    "OSP / LOSP",
+    "pseudo-synchronous SGD",
+    "DiLoCo",
+    "Streaming DiLoCo",
+]
+# Headline claims of the seeds that no committed result tests, and why.
+NOT_TESTED: list[tuple[str, str, str, str]] = [
+    (
+        "LOSP",
+        "communication cost",
+        "LOSP's communication cost is lower than OSP's",
+        "equal by construction here: in the suite's reading LOSP and OSP send the same "
+        "accumulated update each round (algorithms/losp.py), so their bytes are the same",
+    ),
+]
+# A claim a result still holds but another preset now measures on a better design: (preset,
+# claim) -> (the preset that measures it, why). Listed under the table, not counted.
+SUPERSEDED: dict[tuple[str, str], tuple[str, str]] = {
+    ("pseudo_sync", "pseudo_sync_faster_than_sync"): (
+        "pseudo_sync_speed",
+        "its time to target was known once a pass (one evaluation per epoch); on a time "
+        "budget every eighth of a pass, interpolated",
+    ),
+}
+# Each preset's setting, in a few words (its conf/experiment/<preset>.yaml says it in full).
+SETTINGS = {
+    "controls": "4 workers; 1 Gbps modeled network (OSP/LOSP: ideal), equal workers",
+    "losp": "4 workers, one 3x slower; 1 Gbps modeled network; tau 1, 2, 4; time budget",
+    "overlap_straggler": "4 workers, every step slowed at random (lognormal, sigma 0.5); "
+    "calibrated network; tau 2; time budget",
+    "pseudo_sync": "2, 4, 8 workers (weak scaling); 1 Gbps modeled network",
+    "pseudo_sync_speed": "4 workers; 1 Gbps modeled network; time budget",
+    "overlap_sync": "4 workers, IID and non-IID (35% one class); tau 1, 2; ideal network",
+    "table1": "4 workers, IID; tau 1, 2, 4, 8",
+    "table2": "4 workers, non-IID (35% one class); tau 1, 2, 4, 8",
+    "fig4": "4 workers; calibrated 1 Gbps network; tau 2",
+    "fig5": "4 workers, non-IID; calibrated network; tau 2",
+    "low_comm": "4 workers; ideal, 10 Gbps and WAN networks; tau 16",
+    "demo": "4 workers, 5 epochs; tau 4",
+}
+# The presets' commands (Makefile).
+COMMANDS = {
+    "controls": "make controls",
+    "losp": "make losp",
+    "overlap_straggler": "make overlap-straggler",
+    "pseudo_sync": "make pseudo-sync",
+    "pseudo_sync_speed": "make pseudo-sync-speed",
+    "overlap_sync": "make overlap-sync",
+    "table1": "make table1",
+    "table2": "make table2",
+    "fig4": "make figures",
+    "fig5": "make figures",
+    "low_comm": "make report",
+    "demo": "make demo",
+}
+
+
+VERDICT_PRESETS = (
+    "controls",
+    "losp",
+    "overlap_straggler",
+    "pseudo_sync",
+    "pseudo_sync_speed",
+    "overlap_sync",
+)
+
+
+def _command(preset: str, scale: str) -> str:
+    """The make command that regenerates a result: the verdicts' presets at VERDICT_SCALE
+    (default fmnist), the others at SCALE (default cpu)."""
+    command = COMMANDS.get(preset, "make report")
+    if preset in VERDICT_PRESETS and scale != "fmnist":
+        return f"{command} VERDICT_SCALE={scale}"
+    if preset not in VERDICT_PRESETS and scale != "cpu":
+        return f"{command} SCALE={scale}"
+    return command
+
+
+def result_folders(results: Path) -> list[Path]:
+    """The result folders under `results`: each `<preset>/<scale>/` holding a file a report
+    writes (a report's staging folders, `.<name>.*.tmp`, and other hidden entries left out)."""
+    names = report_files()
+    out = []
+    for folder in sorted(results.glob("*/*")):
+        if folder.name.startswith(".") or folder.parent.name.startswith("."):
+            continue
+        if folder.is_dir():
+            try:
+                if any(p.name in names for p in folder.iterdir()):
+                    out.append(folder)
+            except OSError as error:
+                raise UserError(f"{folder}: unreadable ({error.strerror or error})") from None
+    return out
+
+
+# A claim's fields the page reads, and the JSON types each may have (None: may be null).
+FIELDS = {"name": (str,), "text": (str,), "verdict": (str,), "deciding": (dict, type(None))}
+NUMBERS = ("estimate", "low", "high", "level", "mdd", "margin")
+TEXTS = ("unit", "kind", "test", "why")
+COUNTS = ("n", "n_needed")
+
+
+def _claims(path: Path) -> list[dict]:
+    """The claims of one `claims.json`, each checked for what the page reads: a DamagedRecord
+    naming the file and the field otherwise."""
+    data = read_json_object(path)
+    claims = data.get("claims")
+    if not isinstance(claims, list):
+        raise DamagedRecord(path, f"'claims' is {kind(claims)}, not a list")
+    for i, item in enumerate(claims):
+        where = f"claims[{i}]"
+        if not isinstance(item, dict):
+            raise DamagedRecord(path, f"{where} is {kind(item)}, not an object")
+        for key, types in FIELDS.items():
+            if key not in item and key == "deciding":
+                continue
+            if key not in item:
+                raise DamagedRecord(path, f"{where} has no '{key}'")
+            if not isinstance(item[key], types):
+                raise DamagedRecord(path, f"{where}.{key} is {kind(item[key])}")
+        deciding = item.get("deciding") or {}
+        for key in NUMBERS:
+            value = deciding.get(key)
+            if value is not None and not _finite(value):
+                raise DamagedRecord(path, f"{where}.deciding.{key} is {kind(value)}, not a number")
+        for key in COUNTS:
+            value = deciding.get(key)
+            if value is not None and not (_finite(value) and float(value).is_integer()):
+                raise DamagedRecord(path, f"{where}.deciding.{key} is {kind(value)}, not a count")
+        for key in TEXTS:
+            value = deciding.get(key)
+            if value is not None and not isinstance(value, str):
+                raise DamagedRecord(path, f"{where}.deciding.{key} is {kind(value)}, not text")
+    return claims
+
+
+def _finite(value: Any) -> bool:
+    return isinstance(value, int | float) and not isinstance(value, bool) and math.isfinite(value)
+
+
+def load(results: Path) -> list[dict]:
+    """Every claim of every result folder under `results` (`result_folders`), with its preset,
+    scale and folder. A folder without its `claims.json` or `claims.md`, or with a damaged
+    `claims.json`, is a UserError naming the file: a page without its rows would look whole."""
+    out = []
+    for folder in result_folders(results):
+        path = folder / "claims.json"
+        for part in (path, folder / "claims.md"):
+            if not part.exists():
+                raise UserError(
+                    f"{part}: missing (a result folder without it has no verdicts to list: "
+                    f"rerun its report, {_command(folder.parent.name, folder.name)})"
+                )
+        if not (folder / "claims.md").is_file():
+            raise DamagedRecord(folder / "claims.md", "not a file")
+        preset, scale = folder.parent.name, folder.name
+        for item in _claims(path):
+            out.append({**item, "preset": preset, "scale": scale, "dir": folder})
+    return out
+
+
+def row(item: dict, results: Path) -> list[str]:
+    """The page's cells for one checked claim."""
+    paper, where = SOURCES.get(item["name"], ("other", ""))
+    d = item.get("deciding") or {}
+    unit = d.get("unit", "acc")
+    if d.get("estimate") is None:
+        effect = d.get("why") or "–"
+    elif d.get("why"):
+        effect = f"{_signed(d['estimate'], unit)} ({d['why']})"
+    elif d.get("kind") == "ratio":
+        effect = f"ratio {d['estimate']:.3g}"
+    elif unit == "ratio":  # a difference of ratios (efficiencies): in points of percent
+        effect = f"{100 * d['estimate']:+.1f} points"
+    else:
+        effect = _signed(d["estimate"], unit)
+    if d.get("low") is not None and d.get("high") is not None and d.get("test") != "model":
+        level = f"{100 * d['level']:g}%" if d.get("level") is not None else "interval"
+        if d.get("kind") == "ratio":
+            effect += f" [{d['low']:.3g}, {d['high']:.3g}] ({level})"
+        elif unit == "ratio":
+            effect += f" [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] ({level})"
+        else:
+            effect += f" [{_signed(d['low'], unit)}, {_signed(d['high'], unit)}] ({level})"
+    mdd = "–"
+    if d.get("mdd") is not None:
+        mdd = _magnitude(d["mdd"], unit)
+        if d.get("margin") is not None:
+            mdd += f" (margin {_magnitude(d['margin'], unit)})"
+        needed, n = d.get("n_needed"), d.get("n") or 0
+        if item["verdict"].startswith("cannot tell") and needed and needed > n:
+            mdd += f"; n = {needed} needed"
+    n = str(d.get("n", "–")) + (" paired" if d.get("paired") else "")
+    folder = (
+        item["dir"].relative_to(results) if item["dir"].is_relative_to(results) else item["dir"]
+    )
+    setting = f"[{item['preset']}]({folder}/claims.md), {item['scale']}: " + SETTINGS.get(
+        item["preset"], ""
+    )
+    return [
+        f"{paper}: {where}",
+        item["text"].split(" (")[0],
+        setting,
+        n,
+        f"**{item['verdict']}**",
+        effect,
+        mdd,
+        f"`{_command(item['preset'], item['scale'])}`",
+    ]
+
+
+HEADER = ["source", "claim", "result, scale: setting", "n", "verdict", "effect [interval]", "MDD"]
+HEADER.append("command")
+
+
+def page(results: Path) -> str:
+    """The whole page (module docstring)."""
+    items = load(results)
+    if not items:
+        raise UserError(f"no claims.json under {results}/*/*: run the reports first (make report)")
+    present = {it["preset"] for it in items}
+    superseded = [
+        it for it in items if SUPERSEDED.get((it["preset"], it["name"]), ("",))[0] in present
+    ]
+    items = [it for it in items if it not in superseded]
+    order = {p: i for i, p in enumerate(PAPER_ORDER)}
+    scales = {"fmnist": 0, "cpu": 1}
+    items.sort(
+        key=lambda it: (
+            order.get(SOURCES.get(it["name"], ("other",))[0], 99),
+            scales.get(it["scale"], 2),
+            it["preset"],
+        )
+    )
+    lines = [
+        TITLE,
+        "",
+        "Generated by `python -m analysis.reports.verdict_page` (the last step of `make report`) "
+        "from each committed result's `claims.json`; every number is its report's. Each claim is "
+        "tested paired by seed at alpha = 0.05 (analysis/stats/: paired t-test; the exact "
+        "sign-flip test where the differences have no spread; TOST for equivalence; Holm over "
+        "a claim's comparisons). `effect` is the comparison the verdict rests on, with its "
+        "interval; `MDD` its minimum detectable difference at 80% power, against the claim's "
+        'margin, and the n that would reach the margin where it cannot tell. "by the model": '
+        "a quantity the timing model fixes, the same on every seed, reported, not tested. "
+        "Each result's claims.md has every comparison.",
+        "",
+        "The scales: `fmnist`, the verdicts' scale: the narrow ResNet-18 of the cpu scale on "
+        "Fashion-MNIST at 14x14, 4 workers x 1,000 training images, 2,000 test images (one "
+        "image = 0.0005 of accuracy), each method at its rate tuned at the preset's own "
+        "setting on seeds 100-101 where the preset has a file conf/tuned/fmnist/<preset>.yaml "
+        "(`make tune PRESET=<preset> SCALE=fmnist`), else at base LR 0.1 (the controls by "
+        "design: they test the scale, not the methods); `cpu`: the same model on "
+        "scikit-learn's 8x8 digits (300 test images: one image = 0.0033), each method at its "
+        "rate tuned on seeds 100-101 at the preset's own setting (conf/tuned/cpu/<preset>.yaml, "
+        "`make tune PRESET=<preset> SCALE=cpu`), else at the demo's (conf/tuned/cpu.yaml, "
+        "`make tune SCALE=cpu`). Each table names its rates and any row off its method's tuned "
+        "one. A scale's verdicts count "
+        "only where its controls pass (the first rows). Neither is the papers' ResNet-18 on "
+        'CIFAR-10 (scale=paper): "holds" says the suite reproduces the claim at that scale.',
+        "",
+        "| " + " | ".join(HEADER) + " |",
+        "|" + "---|" * len(HEADER),
+    ]
+    for item in items:
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row(item, results)) + " |")
+    if superseded:
+        lines += ["", "Measured again on a better design (the row above counts, not these):", ""]
+        for it in superseded:
+            by, why = SUPERSEDED[(it["preset"], it["name"])]
+            lines.append(
+                f"- {it['name']} in [{it['preset']}]({it['preset']}/{it['scale']}/claims.md) "
+                f"({it['verdict']}): now [{by}]({by}/{it['scale']}/claims.md): {why}."
+            )
+    lines += ["", "Not tested by a committed result:", ""]
+    for paper, where, text, why in NOT_TESTED:
+        lines.append(f"- {paper} ({where}): {text}: {why}.")
+    counts: dict[str, int] = {}
+    for item in items:
+        counts[item["verdict"]] = counts.get(item["verdict"], 0) + 1
+    lines += [
+        "",
+        "Verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ".",
+    ]
+    return "\n".join(lines) + "\n"
+
+
+def check_out(out: Path, results: Path) -> None:
+    """Refuse (UserError, before any work) an --out that is not a page's place: a directory, a
+    path in a folder that does not exist or cannot be written, a file inside a result folder
+    (of --results or of the checkout's results/: its input among them), or an existing file
+    that is not a previous verdicts page (a committed file named by mistake)."""
+    if out.is_dir():
+        raise UserError(f"--out {out} is a directory: name the page's file (e.g. {out}/README.md)")
+    folder = out.parent
+    if not folder.is_dir():
+        raise UserError(f"--out {out}: its folder {folder} does not exist")
+    here = out.resolve()
+    for root in {results.resolve(), (REPO / "results").resolve()}:
+        if here.is_relative_to(root) and len(here.relative_to(root).parts) > 2:
+            inside = root / here.relative_to(root).parts[0] / here.relative_to(root).parts[1]
+            if inside.is_dir():
+                raise UserError(
+                    f"--out {out} is inside the result folder {inside}: the page goes beside "
+                    f"the results (default {results}/README.md), never into one"
+                )
+    if out.exists() or out.is_symlink():
+        try:
+            with open(out, "rb") as f:
+                first = f.readline(len(TITLE.encode()) + 2)
+        except OSError as error:
+            raise UserError(f"--out {out}: cannot be read ({error.strerror or error})") from None
+        if first.rstrip(b"\r\n") != TITLE.encode():
+            raise UserError(
+                f"--out {out} exists and is not a verdicts page: it is left as it is (name a new "
+                "file, or a previous page)"
+            )
+    if not os.access(folder, os.W_OK | os.X_OK):
+        raise UserError(f"--out {out}: its folder {folder} cannot be written")
+
+
+@stoppable("verdict_page", "the previous page is unchanged, nothing was written")
+def main(argv: Sequence[str] | None = None) -> int:
+    """CLI entry: 0 with the page written; 2 for bad input or a result folder missing a part
+    (one `error:` line, nothing written); 1 when the page could not be written (a full disk:
+    the previous page stays); 128 + N for a stop (analysis/stops.py)."""
+    parser = argparse.ArgumentParser(
+        prog="python -m analysis.reports.verdict_page", description=__doc__
+    )
+    parser.add_argument("--results", type=Path, default=REPO / "results", metavar="DIR")
+    parser.add_argument("--out", type=Path, default=None, metavar="FILE")
+    one_line_errors(parser)
+    args = parser.parse_args(argv)
+    out = args.out or args.results / "README.md"
+    try:
+        if not args.results.is_dir():
+            raise UserError(f"--results {args.results} is not a directory")
+        check_out(out, args.results)
+        text = page(args.results)
+    except UserError as error:
+        print(f"error: {error}", file=sys.stderr, flush=True)
+        return 2
+    try:
+        write_text_atomic(out, text)
+    except OutputError as error:
+        print(f"error: {error}: the previous page is unchanged", file=sys.stderr, flush=True)
+        return error.exit_code
+    print(f"wrote {out}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,10 @@
+"""Reproduction of the committed results.
+
+- recompute.py: every committed result rebuilt from its committed records alone and compared
+  byte for byte (`python -m analysis.reproduce.recompute`, `make recompute`; `--update` rewrites
+  them after a change to a report);
+- verify.py: a sample of the committed points trained again and compared with their records
+  (`python -m analysis.reproduce.verify`, `make verify`).
+
+Imports: analysis.reports (the report it reruns), analysis.runs, analysis.stops and the lower
+floors; not analysis.tuning."""

@@ -1,0 +1,1 @@
+"""Tests of analysis/, one folder per room (analysis/__init__.py lists the rooms)."""
