@@ -34,6 +34,11 @@ differences d_i = a_i - b_i (`Side.seeds` says which run is which seed):
   comparison holds, each at ALPHA (an intersection-union test, which needs no correction); a
   "does not hold" of one comparison stands only after Holm's step-down correction over all the
   claim's comparisons (`holm`), else that comparison cannot tell.
+- **Convergence** (`convergence_gate`): a comparison of accuracies, or of times to an
+  accuracy, cannot tell when more than one run in eight (`GATE_SHARE`) of a side was flagged
+  not converged (analysis/runs/convergence.py); the test is made all the same on the same runs
+  and shown beside it ("tested regardless: holds", outside the claim's Holm family), and flags
+  at or under that share are named under a test that decides.
 
 The package, one job a module, each importing only from those listed before it:
 
@@ -46,9 +51,11 @@ The package, one job a module, each importing only from those listed before it:
   needed (`MAX_N`, `MIN_EXACT_N`);
 - comparison.py: `Side` (a method's values, seeds, column, convergence) and `Comparison` (what
   one test found, and its text; `VERDICTS`);
-- multiple.py: several comparisons, one claim: `combine`, `holm`, `corrected`, `deciding`;
+- multiple.py: several comparisons, one claim: `combine`, `holm`, `corrected`, `deciding`,
+  `aside` (a test outside the claim's family);
 - testing.py: the tests of two sides: `compare`, `welch`, `equivalent`, `ratio_below`
-  (`EFFECT_ACC`, `EFFECT_REL`, `MODELED`).
+  (`EFFECT_ACC`, `EFFECT_REL`, `MODELED`), and the convergence rule (`convergence_gate`,
+  `GATE_SHARE`).
 
 It offers all these names (`__all__`), and, for the claims and the verdicts page, a side's
 mean and how a value and a difference are written: `_mean`, `_value`, `_magnitude`, `_signed`
@@ -64,8 +71,10 @@ from analysis.stats.power import MAX_N, MIN_EXACT_N
 from analysis.stats.testing import (
     EFFECT_ACC,
     EFFECT_REL,
+    GATE_SHARE,
     MODELED,
     compare,
+    convergence_gate,
     equivalent,
     ratio_below,
     welch,
@@ -82,6 +91,7 @@ __all__ = [
     "EFFECT_ACC",
     "EFFECT_REL",
     "EXACT_MAX",
+    "GATE_SHARE",
     "MAX_N",
     "MIN_EXACT_N",
     "MODELED",
@@ -96,6 +106,7 @@ __all__ = [
     "_value",
     "combine",
     "compare",
+    "convergence_gate",
     "corrected",
     "deciding",
     "equivalent",

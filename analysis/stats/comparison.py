@@ -120,8 +120,9 @@ class Comparison:
                 f"{self.a} {value_text(mean_of(self.a_values), unit)} (n={self.n_a}) vs "
                 f"{self.b} {value_text(mean_of(self.b_values), unit)} (n={self.n_b})"
             )
-        if self.why:
+        if self.why and (math.isnan(self.low) or self.test == "model"):
             return f"{head}: {self.why}"
+        lead = f"{self.why}: " if self.why else ""  # a test made, its verdict set aside
         percent = f"{100 * self.level:g}%"
         if self.test == "model":
             what = "ratio" if self.kind == "ratio" else "difference"
@@ -149,7 +150,7 @@ class Comparison:
             else:
                 against = f" vs {signed_text(self.threshold, unit)}" if self.threshold else ""
                 body += f"{against}, {self.test} p {p_text(self.p)}"
-        return f"{head}: {body}{self._power(unit)}{self.note}"
+        return f"{head}: {lead}{body}{self._power(unit)}{self.note}"
 
     def _power(self, unit: str) -> str:
         if math.isnan(self.mdd):
@@ -157,7 +158,7 @@ class Comparison:
         what = "smallest provable margin" if self.kind == "equivalence" else "MDD"
         out = f"; {what} {magnitude_text(self.mdd, unit)}"
         n = self.n or min(self.n_a, self.n_b)
-        if self.holds is None and self.n_needed is not None and self.n_needed > n:
+        if self.holds is None and not self.why and self.n_needed is not None and self.n_needed > n:
             need = ">" + str(MAX_N) if self.n_needed > MAX_N else str(self.n_needed)
             out += (
                 f"; cannot tell at n = {n} (n = {need} needed for MDD ≤ "

@@ -91,4 +91,16 @@ def after_holm(c: Comparison) -> Comparison:
     k = decided["k"]
     if decided.get(c.key, True) or k < 2:
         return c
-    return replace(c, holds=None, note=f"; does not hold alone, not after Holm over {k} tests")
+    note = f"{c.note}; does not hold alone, not after Holm over {k} tests"
+    return replace(c, holds=None, note=note)
+
+
+def aside(test: Callable[[], Comparison]) -> Comparison:
+    """`test()` made outside the claim's Holm family: neither collected by `corrected` nor
+    corrected by it (a comparison shown beside a verdict that does not rest on it)."""
+    seen, decided = _SEEN.set(None), _DECIDED.set(None)
+    try:
+        return test()
+    finally:
+        _SEEN.reset(seen)
+        _DECIDED.reset(decided)

@@ -222,7 +222,9 @@ def test_a_comparison_of_unconverged_runs_cannot_tell() -> None:
     frame["metrics.converged"] = [True, True, True, True, False, True]
     undecided = compare("a", *_sides(frame))
     assert undecided.holds is None
-    assert undecided.verdict_text().endswith("not converged: cannot tell (eamsgd: 1 of 3 runs)")
+    said = undecided.verdict_text()
+    assert "not converged: cannot tell (eamsgd: 1 of 3 runs); tested regardless: holds" in said
+    assert (undecided.low, undecided.high) == (decided.low, decided.high)  # shown beside
     # a diverged run decides by itself (accuracy 0), whatever its curve: the test is made
     frame["metrics.converged"] = [True, True, True, True, False, True]
     frame.loc[4, "summary.status"] = "diverged"

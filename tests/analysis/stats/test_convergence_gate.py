@@ -1,0 +1,136 @@
+"""The convergence rule, case by case (issue 49 item 4; docs/statistics.md "Convergence"): a
+comparison of accuracies or of times to an accuracy cannot tell on convergence only where more
+than one run in eight of a side was flagged; the test is then made all the same and shown beside
+the verdict, outside the claim's Holm family; fewer flags are named under a test that decides."""
+
+from __future__ import annotations
+
+import math
+
+import pandas as pd
+import pytest
+
+from analysis.claims.runs import Cell, per_run
+from analysis.stats import (
+    GATE_SHARE,
+    Side,
+    compare,
+    convergence_gate,
+    corrected,
+    equivalent,
+    ratio_below,
+)
+
+SEEDS = list(range(8))
+A = [0.90, 0.91, 0.92, 0.90, 0.91, 0.93, 0.92, 0.91]
+B = [0.88, 0.89, 0.90, 0.88, 0.89, 0.90, 0.90, 0.89]
+
+
+def side(values, method: str, flagged: int, column: str = "acc") -> Side:
+    return Side.of(values, method, flagged, len(values), SEEDS[: len(values)], column)
+
+
+def test_the_share_is_one_run_in_eight():
+    assert GATE_SHARE == 1 / 8
+    assert convergence_gate(side(A, "a", 0), side(B, "b", 0)) == ("", "")
+    gate, flagged = convergence_gate(side(A, "a", 1), side(B, "b", 0))
+    assert (
+        gate == "" and flagged == "; not converged: a 1 of 8 runs (one in eight or fewer: tested)"
+    )
+    gate, flagged = convergence_gate(side(A, "a", 2), side(B, "b", 1))
+    assert gate == "not converged: cannot tell (a: 2 of 8 runs)"
+    assert flagged.startswith("; not converged: b 1 of 8 runs")
+    # at n = 3 one flagged run is a third of the side: over the share
+    assert convergence_gate(side(A[:3], "a", 1), side(B[:3], "b", 0))[0]
+
+
+def test_no_flag_decides_and_says_nothing_of_convergence():
+    made = compare("a", side(A, "a", 0), "b", side(B, "b", 0))
+    assert made.holds is True and made.why == "" and made.note == ""
+
+
+def test_one_flag_in_eight_is_named_and_the_test_decides():
+    plain = compare("a", side(A, "a", 0), "b", side(B, "b", 0))
+    made = compare("a", side(A, "a", 1), "b", side(B, "b", 0))
+    assert made.holds is True and made.why == ""
+    assert (made.estimate, made.low, made.high, made.p) == (
+        plain.estimate,
+        plain.low,
+        plain.high,
+        plain.p,
+    )
+    assert made.verdict_text().endswith(
+        "not converged: a 1 of 8 runs (one in eight or fewer: tested)"
+    )
+
+
+@pytest.mark.parametrize("column", ["acc", "time_to_target"])
+def test_two_flags_in_eight_cannot_tell_and_show_the_test_beside(column):
+    plain = compare("a", side(A, "a", 0, column), "b", side(B, "b", 0, column))
+    gated = compare("a", side(A, "a", 2, column), "b", side(B, "b", 0, column))
+    assert gated.holds is None and gated.p_against is None  # no verdict rests on it
+    assert gated.why == "not converged: cannot tell (a: 2 of 8 runs); tested regardless: holds"
+    assert (gated.estimate, gated.low, gated.high, gated.p) == (
+        plain.estimate,
+        plain.low,
+        plain.high,
+        plain.p,
+    )
+    text = gated.verdict_text()
+    assert text.startswith("cannot tell: a ")
+    assert "tested regardless: holds: difference" in text and "paired t p" in text
+
+
+def test_equivalence_and_ratio_follow_the_same_rule():
+    gated = equivalent("a", side(A, "a", 3), "b", side(B, "b", 0), margin=0.015)
+    assert gated.holds is None and gated.why.endswith("tested regardless: does not hold")
+    tested = equivalent("a", side(A, "a", 1), "b", side(B, "b", 0), margin=0.015)
+    assert tested.holds is False and "one in eight or fewer" in tested.note
+    times = ratio_below("a", side(A, "a", 2, "time_to_target"), "b", side(B, "b", 0), 1.2)
+    assert times.holds is None and times.why.endswith("tested regardless: holds")
+    assert not math.isnan(times.low)
+
+
+def test_a_gated_comparison_is_outside_the_claims_holm_family():
+    """A claim of two comparisons: one that holds and one that does not (p of "does not hold"
+    0.037). Holm over both demotes the second (0.037 > 0.05 / 2); with the first gated, the
+    family is the second alone and its "does not hold" stands."""
+    worse = [0.871, 0.871, 0.906, 0.866, 0.886, 0.891, 0.901, 0.879]
+
+    def check(flagged: int):
+        return lambda: [
+            compare("a", side(A, "a", flagged), "b", side(B, "b", 0)),
+            compare("c", side(worse, "c", 0), "b", side(B, "b", 0)),
+        ]
+
+    (held, demoted), _ = corrected(check(0))
+    assert held.holds is True and 0.025 < demoted.p_against < 0.05
+    assert demoted.holds is None and "not after Holm over 2 tests" in demoted.note
+    (gated, against), made = corrected(check(4))
+    assert gated.holds is None and gated.why.startswith("not converged")
+    assert against.holds is False and "Holm" not in against.note
+    assert len(made) == 2
+
+
+def frame(flags: list[bool], budget: str = "steps") -> pd.DataFrame:
+    n = len(flags)
+    return pd.DataFrame(
+        {
+            "run_dir": [f"r{i}" for i in range(2 * n)],
+            "summary.status": "completed",
+            "algorithm.name": ["local_sgd"] * n + ["sync_sgd"] * n,
+            "tau": 2,
+            "seed": list(range(n)) * 2,
+            "budget.kind": budget,
+            "summary.final/test_acc": [0.9] * n + [0.8] * n,
+            "metrics.converged": flags + [True] * n,
+        }
+    )
+
+
+def test_the_sides_of_accuracies_and_times_carry_their_flags_unless_at_a_budget():
+    cell = Cell("tau=2", per_run(frame([False, False, True, True, True, True, True, True])))
+    acc = cell.values("local_sgd", "acc")
+    assert (acc.unconverged, acc.runs) == (2, 8)
+    assert cell.values("local_sgd", "acc", at_budget=True).unconverged == 0
+    assert cell.values("local_sgd", "train_s").unconverged == 0  # not bound to convergence
