@@ -309,7 +309,7 @@ for name, sig, code, said in [
             "results-stops",
             SWEEP,
             code=code,
-            line=rf"^error: analysis\.tune_preset: {said}; the tuning file was not written",
+            line=rf"^error: analysis\.tuning\.tune_preset: {said}; the tuning file was not written",
             cmd="tune_preset",
             inproc=False,
             act=then(when(running_run_py), send(sig)),
@@ -325,8 +325,8 @@ CASES.append(
         "results-stops",
         SWEEP,
         code=143,
-        line=r"^error: analysis\.tune_preset: stopped by SIGTERM; (nothing was|the tuning file "
-        r"was not) written",
+        line=r"^error: analysis\.tuning\.tune_preset: stopped by SIGTERM; "
+        r"(nothing was|the tuning file was not) written",
         cmd="tune_preset",
         inproc=False,
         act=then(when(lambda ctx: _catches_term(ctx)), send(signal.SIGTERM)),

@@ -32,6 +32,7 @@ import pytest
 import torch
 
 from tests.catalogue import (
+    MODULES,
     Case,
     Ctx,
     Result,
@@ -1766,7 +1767,12 @@ def F(name: str, cmd: str, args: str, line: str, **kw) -> Case:
     return Case(name, "flags", tuple(args.split()), cmd=cmd, line=line, **kw)
 
 
-INERT = r"^error: {} has no effect {} .*\(python -m analysis.{} --help\)$"
+INERT = r"^error: {} has no effect {} .*\(python -m {} --help\)$"
+
+
+def inert(flag: str, when: str, cmd: str) -> str:
+    """The one line of a flag that has no effect, said by `python -m <MODULES[cmd]>`."""
+    return INERT.format(flag, when, re.escape(MODULES[cmd]))
 
 
 def without_experiment(flag: str, value: str, cmd: str = "report") -> Case:
@@ -1776,7 +1782,7 @@ def without_experiment(flag: str, value: str, cmd: str = "report") -> Case:
         f"{cmd.replace('_', '-')}-{flag[2:]}-without-experiment",
         cmd,
         f"{{tmp}}/runs --out {{tmp}}/rep {flag} {value}",
-        INERT.format(flag, "without --experiment NAME", cmd),
+        inert(flag, "without --experiment NAME", cmd),
         setup=demo_runs(),
         check=nothing_at("rep"),
     )
@@ -1799,7 +1805,7 @@ add(
         "status-scale-without-experiment",
         "status",
         "{tmp} --scale smoke",
-        INERT.format("--scale", "without --experiment NAME", "status"),
+        inert("--scale", "without --experiment NAME", "status"),
     ),
     F(
         "status-stale-after-0",
@@ -1811,32 +1817,32 @@ add(
         "recompute-results-with-dirs",
         "recompute",
         "{tmp}/a --results {tmp}",
-        INERT.format("--results", "with RESULT_DIRs named", "recompute"),
+        inert("--results", "with RESULT_DIRs named", "recompute"),
     ),
     F(
         "verify-results-with-dirs",
         "verify",
         "{tmp}/a --results {tmp}",
-        INERT.format("--results", "with RESULT_DIRs named", "verify"),
+        inert("--results", "with RESULT_DIRs named", "verify"),
     ),
     F(
         "verify-points-with-run",
         "verify",
         "--run x --points all",
-        INERT.format("--points", "with --run", "verify"),
+        inert("--points", "with --run", "verify"),
     ),
     without_experiment("--set", "cluster=sim", "wandb_report"),
     F(
         "tune-preset-cluster-without-a-run",
         "tune_preset",
         "losp --no-run --cluster local",
-        INERT.format("--cluster", "with --no-run", "tune_preset"),
+        inert("--cluster", "with --no-run", "tune_preset"),
     ),
     F(
         "tune-preset-overrides-without-a-run",
         "tune_preset",
         "losp --no-run tau=2",
-        INERT.format("key=value overrides", "with --no-run", "tune_preset"),
+        inert("key=value overrides", "with --no-run", "tune_preset"),
     ),
     F(
         "sweep-jobs-0",

@@ -39,3 +39,22 @@ def test_the_check_reads_the_table():
     """The check itself: the rows are read from the table under "## The house" only."""
     assert "analysis/claims/" in named()
     assert "README.md" not in named()
+
+
+def test_every_package_is_installed():
+    """pyproject.toml lists each package by hand (setuptools' `packages`): a sub-package left
+    out is missing from a non-editable install (experiments.checks was, before issue 51).
+    benchmarks/ is not installed: it runs from a checkout, beside the RESULTS files it writes."""
+    import tomllib
+
+    listed = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        ".".join(init.parent.relative_to(ROOT).parts)
+        for top in SUITE
+        if top != "benchmarks"
+        for init in (ROOT / top).rglob("__init__.py")
+        if "__pycache__" not in init.parts
+    }
+    assert listed == found, (sorted(found - listed), sorted(listed - found))
