@@ -141,6 +141,7 @@ class ClaimResult:
                 "margin": _number(shown.margin),
                 "n_needed": shown.n_needed,
                 "why": shown.why,
+                "sign": shown.sign,
             }
         return out
 

@@ -3,12 +3,17 @@
     python -m analysis.reports.verdict_page [--results results] [--out results/README.md]
 
 (`make report` ends with it.) Reads every committed result's `claims.json` (written by the
-report beside `claims.md`: analysis/claims/ `ClaimResult.as_dict`) and writes one page:
-the controls first (a scale that fails them supports no verdict), then per paper each claim with
-the suite's setting, n, the verdict, the effect with its interval, the minimum detectable
-difference at 80% power (and the n needed where the test cannot tell), and the command that
-regenerates it. A headline claim no committed result tests is listed with the reason
-(`NOT_TESTED`). Nothing here computes a statistic: every number is the report's.
+report beside `claims.md`: analysis/claims/ `ClaimResult.as_dict`) and writes one page. Its
+first table holds the verdicts that count: the tested claims at the scales whose controls pass
+(`controls_pass`: at least one control ran there and every control there holds), the controls
+first, then per paper each claim with the suite's setting, n, the verdict, the effect with its
+interval (and, where an equivalence cannot tell, the difference's own direction if it is
+significant), the minimum detectable difference at 80% power (and the n needed where the test
+cannot tell), and the command that regenerates it. Listed apart, not counted: each scale whose
+controls do not pass (its failing controls named), and the quantities the timing model fixes
+("by the model": reported, not tested). A headline claim no committed result tests is listed
+with the reason (`NOT_TESTED`). The last line counts the first table's verdicts and says what
+was left out. Nothing here computes a statistic: every number is the report's.
 
 What it reads and writes (issue 50): every result folder under --results (`<preset>/<scale>/`
 holding any file a report writes) must hold its `claims.json`, a JSON object whose `claims` is a
@@ -185,7 +190,7 @@ def result_folders(results: Path) -> list[Path]:
 # A claim's fields the page reads, and the JSON types each may have (None: may be null).
 FIELDS = {"name": (str,), "text": (str,), "verdict": (str,), "deciding": (dict, type(None))}
 NUMBERS = ("estimate", "low", "high", "level", "mdd", "margin")
-TEXTS = ("unit", "kind", "test", "why")
+TEXTS = ("unit", "kind", "test", "why", "sign")
 COUNTS = ("n", "n_needed")
 
 
@@ -271,6 +276,8 @@ def row(item: dict, results: Path) -> list[str]:
             effect += f" [{100 * d['low']:+.1f}, {100 * d['high']:+.1f}] ({level})"
         else:
             effect += f" [{_signed(d['low'], unit)}, {_signed(d['high'], unit)}] ({level})"
+    if d.get("sign"):  # an equivalence that cannot tell, with the difference's own direction
+        effect += f"; the difference itself {d['sign']}"
     mdd = "–"
     if d.get("mdd") is not None:
         mdd = _magnitude(d["mdd"], unit)
@@ -321,6 +328,11 @@ def page(results: Path) -> str:
             it["preset"],
         )
     )
+    passing = controls_pass(items)
+    modeled = [it for it in items if it["verdict"].endswith("(by the model)")]
+    tested = [it for it in items if not it["verdict"].endswith("(by the model)")]
+    counted = [it for it in tested if it["scale"] in passing]
+    apart = [it for it in tested if it["scale"] not in passing]
     lines = [
         TITLE,
         "",
@@ -344,15 +356,34 @@ def page(results: Path) -> str:
         "rate tuned on seeds 100-101 at the preset's own setting (conf/tuned/cpu/<preset>.yaml, "
         "`make tune PRESET=<preset> SCALE=cpu`), else at the demo's (conf/tuned/cpu.yaml, "
         "`make tune SCALE=cpu`). Each table names its rates and any row off its method's tuned "
-        "one. A scale's verdicts count "
-        "only where its controls pass (the first rows). Neither is the papers' ResNet-18 on "
-        'CIFAR-10 (scale=paper): "holds" says the suite reproduces the claim at that scale.',
+        'one. Neither is the papers\' ResNet-18 on CIFAR-10 (scale=paper): "holds" says the '
+        "suite reproduces the claim at that scale.",
         "",
-        "| " + " | ".join(HEADER) + " |",
-        "|" + "---|" * len(HEADER),
+        "The verdicts count only at a scale whose controls pass (every control there holds: "
+        "the scale can tell a real difference and reports a null as one), and only where a "
+        "claim was tested: the first table. A scale whose controls do not pass is listed apart, "
+        'its controls first, as quick runs; so are the quantities the timing model fixes ("by '
+        'the model": reported, not tested).',
+        "",
+        *_table(counted, results),
     ]
-    for item in items:
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row(item, results)) + " |")
+    for scale in sorted({it["scale"] for it in apart}, key=lambda s: scales.get(s, 2)):
+        failing = ", ".join(
+            f"{it['name']} {it['verdict']}"
+            for it in items
+            if it["scale"] == scale and _control(it) and it["verdict"] != "holds"
+        )
+        why = f"its controls do not pass: {failing}" if failing else "no control ran at it"
+        lines += ["", f"At the {scale} scale, not counted ({why}):", ""]
+        lines += _table([it for it in apart if it["scale"] == scale], results)
+    if modeled:
+        lines += [
+            "",
+            "By the model (set by the timing model, the same on every seed: not tested, "
+            "not counted):",
+            "",
+        ]
+        lines += _table(modeled, results)
     if superseded:
         lines += ["", "Measured again on a better design (the row above counts, not these):", ""]
         for it in superseded:
@@ -365,13 +396,40 @@ def page(results: Path) -> str:
     for paper, where, text, why in NOT_TESTED:
         lines.append(f"- {paper} ({where}): {text}: {why}.")
     counts: dict[str, int] = {}
-    for item in items:
+    for item in counted:
         counts[item["verdict"]] = counts.get(item["verdict"], 0) + 1
+    at = ", ".join(sorted(passing, key=lambda s: scales.get(s, 2))) or "none"
+    aside = f"; not counted: {len(apart)} at scales whose controls do not pass"
+    aside += f", {len(modeled)} by the model"
     lines += [
         "",
-        "Verdicts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())) + ".",
+        f"Verdicts (tested, at the scales whose controls pass: {at}): "
+        + (", ".join(f"{k} {v}" for k, v in sorted(counts.items())) or "none")
+        + f"{aside}.",
     ]
     return "\n".join(lines) + "\n"
+
+
+def _control(item: dict) -> bool:
+    return SOURCES.get(item["name"], ("",))[0].startswith("control")
+
+
+def controls_pass(items: Sequence[dict]) -> set[str]:
+    """The scales whose controls pass: at least one control ran there, and every control there
+    holds (a positive control finds the difference it must; a negative one reports the null as
+    one)."""
+    verdicts: dict[str, list[bool]] = {}
+    for item in items:
+        if _control(item):
+            verdicts.setdefault(item["scale"], []).append(item["verdict"] == "holds")
+    return {scale for scale, held in verdicts.items() if all(held)}
+
+
+def _table(items: Sequence[dict], results: Path) -> list[str]:
+    lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
+    for item in items:
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row(item, results)) + " |")
+    return lines
 
 
 def check_out(out: Path, results: Path) -> None:

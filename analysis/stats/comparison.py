@@ -84,6 +84,7 @@ class Comparison:
     p_against: float | None = None
     note: str = ""
     unit: str = "acc"  # of the sides' column: acc, s, ratio or bytes (`units.unit_of`)
+    sign: str = ""  # an equivalence that cannot tell: the difference's own direction, if any
 
     @property
     def n_a(self) -> int:
@@ -147,6 +148,8 @@ class Comparison:
             )
             if self.kind == "equivalence":
                 body += f" vs margin ±{value_text(self.threshold, unit)}, TOST p {p_text(self.p)}"
+                if self.sign:
+                    body += f"; the difference itself {self.sign}"
             else:
                 against = f" vs {signed_text(self.threshold, unit)}" if self.threshold else ""
                 body += f"{against}, {self.test} p {p_text(self.p)}"

@@ -19,7 +19,7 @@ from analysis.stats.constants import ALPHA, BOOTSTRAP_RESAMPLES, BOOTSTRAP_SEED,
 from analysis.stats.exact import permutation, sign_flip
 from analysis.stats.multiple import after_holm, aside
 from analysis.stats.power import minimum_detectable, n_needed, tost_margin
-from analysis.stats.units import unit_of
+from analysis.stats.units import signed_text, unit_of
 
 EFFECT_ACC = 0.01  # smallest accuracy difference of interest: one point
 # The convergence rule (`convergence_gate`): a side's flags stop a comparison only where they
@@ -139,9 +139,11 @@ def equivalent(
     df_n = n or min(len(x), len(y))
     mdd = tost_margin(sd, df_n, paired=bool(n))
     need = n_needed(sd, margin, n, tost=True)
+    sign = _sign(a, a_values, b, b_values) if holds is None else ""
     return after_holm(
         Comparison(
             **base,
+            sign=sign,
             estimate=estimate,
             low=low,
             high=high,
@@ -154,6 +156,18 @@ def equivalent(
             note=flagged,
         )
     )
+
+
+def _sign(a: str, a_values: Sequence[float], b: str, b_values: Sequence[float]) -> str:
+    """Where an equivalence cannot tell, the direction of the difference when the difference
+    itself is significant (`compare` against 0, two-sided at ALPHA, outside the claim's Holm
+    family): "below 0 (95% CI [-0.016, -0.008], paired t)", else ""."""
+    made = aside(lambda: compare(a, a_values, b, b_values))
+    if made.holds is None or made.why:
+        return ""
+    where = "above" if made.holds else "below"
+    ci = f"[{signed_text(made.low, made.unit)}, {signed_text(made.high, made.unit)}]"
+    return f"{where} 0 ({100 * made.level:g}% CI {ci}, {made.test})"
 
 
 def ratio_below(

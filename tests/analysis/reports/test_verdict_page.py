@@ -74,14 +74,12 @@ def results(tmp_path: Path, claims) -> Path:
 
 
 def table_rows(page: str) -> list[list[str]]:
-    """The cells of the verdict table's rows (after its header and rule)."""
-    lines = page.splitlines()
-    start = next(i for i, line in enumerate(lines) if line.startswith("| source |"))
+    """The cells of the verdict tables' rows (after each header and rule), in page order: the
+    counted table, then each scale listed apart, then what the model fixes."""
     rows = []
-    for line in lines[start + 2 :]:
-        if not line.startswith("| "):
-            break
-        rows.append(line[2:-2].split(" | "))
+    for line in page.splitlines():
+        if line.startswith("| ") and not line.startswith("| source |"):
+            rows.append(line[2:-2].split(" | "))
     return rows
 
 
@@ -109,25 +107,30 @@ def test_the_page_lists_controls_first_then_papers_each_row_complete(
     page = out.read_text()
     rows = table_rows(page)
     found = [(row[0].split(":")[0], row[2].split(": ")[0]) for row in rows]
+    # counted (fmnist: its one control holds), then the cpu scale apart (a positive control
+    # cannot tell there), controls first, then what the timing model fixes
     assert found == [
         ("control (positive)", "[losp](losp/fmnist/claims.md), fmnist"),
+        ("LOSP", "[losp](losp/fmnist/claims.md), fmnist"),
         ("control (positive)", "[controls](controls/cpu/claims.md), cpu"),
         ("control (negative)", "[controls](controls/cpu/claims.md), cpu"),
-        ("LOSP", "[losp](losp/fmnist/claims.md), fmnist"),
         ("LOSP", "[controls](controls/cpu/claims.md), cpu"),
         ("pseudo-synchronous SGD", "[losp](losp/fmnist/claims.md), fmnist"),
     ]
+    assert "At the cpu scale, not counted (its controls do not pass: " in page
+    assert "control_local_sgd_loses_accuracy_at_large_tau cannot tell" in page
+    assert "By the model (set by the timing model" in page
     data = {}
     for folder in claims:
         written = json.loads((results / folder / "claims.json").read_text())
         data[folder] = {c["name"]: c for c in written["claims"]}
     order = [
         ("losp/fmnist", "control_local_sgd_loses_accuracy_at_large_tau", "holds", "make losp"),
+        ("losp/fmnist", "losp_sooner_than_osp", "does not hold", "make losp"),
         ("controls/cpu", "control_local_sgd_loses_accuracy_at_large_tau", "cannot tell",
          "make controls VERDICT_SCALE=cpu"),
         ("controls/cpu", "control_osp_equals_losp_on_ideal_network", "holds",
          "make controls VERDICT_SCALE=cpu"),
-        ("losp/fmnist", "losp_sooner_than_osp", "does not hold", "make losp"),
         ("controls/cpu", "losp_sooner_than_osp", "holds", "make controls VERDICT_SCALE=cpu"),
         ("losp/fmnist", "pseudo_sync_scales_better", "holds (by the model)", "make losp"),
     ]  # fmt: skip
@@ -146,12 +149,12 @@ def test_the_page_lists_controls_first_then_papers_each_row_complete(
     # cannot tell: the n that would reach the margin
     noisy = data["controls/cpu"]["control_local_sgd_loses_accuracy_at_large_tau"]["deciding"]
     assert noisy["n_needed"] > 8
-    assert mdd[1] == f"{noisy['mdd']:.3f} (margin 0.010); n = {noisy['n_needed']} needed"
-    assert mdd[2] == "0.000 (margin 0.005)"  # no spread: TOST's smallest provable margin is 0
+    assert mdd[2] == f"{noisy['mdd']:.3f} (margin 0.010); n = {noisy['n_needed']} needed"
+    assert mdd[3] == "0.000 (margin 0.005)"  # no spread: TOST's smallest provable margin is 0
     late = data["losp/fmnist"]["losp_sooner_than_osp"]["deciding"]
-    assert mdd[3] == f"{late['mdd']:.3g} s (margin {late['margin']:.3g} s)"
+    assert mdd[1] == f"{late['mdd']:.3g} s (margin {late['margin']:.3g} s)"
     assert mdd[5] == "–"  # by the model: nothing sampled, no power
-    assert rows[2][5] == "+0.000 [+0.000, +0.000] (90%)"
+    assert rows[3][5] == "+0.000 [+0.000, +0.000] (90%)"
     assert rows[5][5] == f"{100 * (100 / 105 - 0.8):+.1f} points"  # efficiencies
 
 
@@ -164,7 +167,8 @@ def test_the_page_names_what_is_not_tested_and_counts_the_verdicts(results: Path
     assert listed == [f"- {p} ({w}): {t}: {why}." for p, w, t, why in NOT_TESTED]
     assert any("LOSP's communication cost is lower than OSP's" in line for line in listed)
     assert lines[-1] == (
-        "Verdicts: cannot tell 1, does not hold 1, holds 3, holds (by the model) 1."
+        "Verdicts (tested, at the scales whose controls pass: fmnist): does not hold 1, holds 1;"
+        " not counted: 3 at scales whose controls do not pass, 1 by the model."
     )
 
 
@@ -184,7 +188,11 @@ def test_a_claim_measured_again_by_a_better_preset_is_listed_apart_and_not_count
     apart = text.split("Measured again on a better design", 1)[1].split("Not tested", 1)[0]
     assert "- pseudo_sync_faster_than_sync in [pseudo_sync](pseudo_sync/fmnist/claims.md)" in apart
     assert "now [pseudo_sync_speed](pseudo_sync_speed/fmnist/claims.md)" in apart
-    assert text.splitlines()[-1] == "Verdicts: holds 1."
+    assert "At the fmnist scale, not counted (no control ran at it):" in text
+    assert text.splitlines()[-1] == (
+        "Verdicts (tested, at the scales whose controls pass: none): none; not counted: 1 at "
+        "scales whose controls do not pass, 0 by the model."
+    )
 
 
 def test_the_default_out_is_the_results_readme(results: Path) -> None:
@@ -349,3 +357,23 @@ def test_update_rewrites_a_committed_result_from_its_records(
     sweep = [line for line in (source / "provenance.txt").read_text().splitlines()
              if line.startswith("sweep command: ")]  # fmt: skip
     assert sweep and sweep[0] in lines
+
+
+def test_a_scale_counts_only_where_every_control_there_holds() -> None:
+    from analysis.reports.verdict_page import controls_pass
+
+    def item(name: str, scale: str, verdict: str) -> dict:
+        return {"name": name, "scale": scale, "verdict": verdict}
+
+    positive, negative = (
+        "control_local_sgd_loses_accuracy_at_large_tau",
+        "control_osp_equals_losp_on_ideal_network",
+    )
+    items = [
+        item(positive, "fmnist", "holds"),
+        item(negative, "fmnist", "holds"),
+        item(positive, "cpu", "holds"),
+        item(negative, "cpu", "does not hold"),  # a null reported as a difference: fails
+        item("losp_sooner_than_osp", "paper", "holds"),  # no control ran at it
+    ]
+    assert controls_pass(items) == {"fmnist"}
