@@ -116,12 +116,12 @@ def test_the_readme_verdict_count_is_the_verdicts_page():
     """The README's count of verdicts is the committed page's (analysis/reports/verdict_page.py)."""
 
     def count(path: Path) -> list[str]:
-        return [ln for ln in path.read_text().splitlines() if ln.startswith("Verdicts: ")]
+        return [ln for ln in path.read_text().splitlines() if ln.startswith("Verdicts (tested")]
 
     page = count(REPO / "results" / "README.md")
-    assert len(page) == 1, "results/README.md has no 'Verdicts: ...' line"
+    assert len(page) == 1, "results/README.md has no 'Verdicts (tested ...' line"
     assert count(README) == page, (
-        "README.md's 'Verdicts: ...' line differs from results/README.md's: copy it"
+        "README.md's 'Verdicts (tested ...' line differs from results/README.md's: copy it"
     )
 
 
