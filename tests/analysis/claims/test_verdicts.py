@@ -853,7 +853,7 @@ def test_pseudo_sync_scales_better_missing_data() -> None:
 
 KEYS = {"name", "text", "verdict", "evidence", "test", "comparisons"}
 DECIDING = {"line", "a", "b", "kind", "unit", "test", "paired", "n", "estimate", "low", "high"}
-DECIDING |= {"level", "threshold", "mdd", "margin", "n_needed", "why"}
+DECIDING |= {"level", "threshold", "mdd", "margin", "n_needed", "why", "sign"}
 
 
 def test_as_dict_of_a_holding_claim_rests_on_its_weakest_comparison() -> None:

@@ -263,9 +263,16 @@ def test_paired_tost(shift, scale, holds) -> None:
     sd = d.std(ddof=1)
     smallest = (st.t.ppf(0.95, 7) + st.t.ppf(0.9, 7)) * sd / math.sqrt(8)
     assert c.mdd == pytest.approx(smallest)
-    assert f"vs margin ±0.015, TOST p {p_text(p)}; smallest provable margin" in c.text()
+    assert f"vs margin ±0.015, TOST p {p_text(p)};" in c.text()
+    assert "; smallest provable margin" in c.text()
     if holds is None:
         assert low < MARGIN < high
+        # the difference itself is significant (every seed's above 0): its direction is said
+        ci = st.t.interval(0.95, 7, loc=d.mean(), scale=st.sem(d))
+        assert ci[0] > 0 and c.sign.startswith("above 0 (95% CI [")
+        assert "; the difference itself above 0 (95% CI" in c.text()
+    else:
+        assert c.sign == ""
 
 
 # --- by the model ---------------------------------------------------------------------------------
