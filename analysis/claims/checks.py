@@ -226,6 +226,14 @@ def overlapping_reach_target_sooner(runs: pd.DataFrame, report: dict) -> tuple:
 # --- the tests of the claims that compare pair by pair --------------------------------------------
 
 
+def sends_less(cell: Cell, fewer: str, more: str) -> tuple[bool | None, str]:
+    """`fewer`'s mean bytes per step below `more`'s (a ratio of means below 1)."""
+    c = ratio_below(
+        fewer, cell.values(fewer, "bytes_per_step"), more, cell.values(more, "bytes_per_step"), 1.0
+    )
+    return c.holds, c.verdict_text("bytes")
+
+
 def fast_workers_busier(cell: Cell, waits: str, busy: str) -> tuple[bool | None, str]:
     """`busy`'s fast workers idle for a smaller share of the budget than `waits`'s: `waits`'s
     share minus `busy`'s above 0, paired by seed."""
@@ -434,6 +442,32 @@ PAIR_CLAIMS = (
         OSP,
         more_accurate,
         required=(OSP, LOSP),
+    ),
+    PairClaim(
+        "losp_beats_state_of_the_art",
+        "LOSP reaches higher accuracy than the state of the art it is set against: fully "
+        "synchronous SGD and Local SGD (LOSP abstract: gains in accuracy 'over the "
+        "state-of-the-art ones')",
+        "paired t-test of the accuracy difference, per tau and slowdown, against each of sync "
+        "SGD and Local SGD",
+        "At every tau and condition (slowdown) where they ran, LOSP's mean final accuracy above "
+        "sync SGD's and above Local SGD's.",
+        LOSP,
+        (SYNC, LOCAL),
+        more_accurate,
+        required=(LOSP, SYNC, LOCAL),
+    ),
+    PairClaim(
+        "losp_sends_less_than_sync",
+        "LOSP sends fewer bytes per step than fully synchronous SGD (LOSP abstract: gains in "
+        "communication cost over the state of the art)",
+        "ratio of the mean bytes per step below 1 (a percentile bootstrap; by the model where "
+        "the bytes are the same on every seed), per tau and slowdown",
+        "At every tau and condition (slowdown): LOSP's mean bytes sent per step below sync SGD's.",
+        LOSP,
+        SYNC,
+        lambda cell, losp, sync: sends_less(cell, losp, sync),
+        required=(LOSP, SYNC),
     ),
     PairClaim(
         "osp_losp_faster_than_sync_under_heterogeneity",

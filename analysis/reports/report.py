@@ -215,7 +215,9 @@ def report_experiment(
     such sweeps; None composes the preset from `conf_dir` and takes its sweep and extra sweeps
     (a preset that cannot be composed leaves the grid empty, with a note on stderr); an empty
     mapping checks no grid. `report_node` replaces the preset's
-    `report:` node, which is otherwise read from the runs' config, else from the composed preset.
+    `report:` node, which is otherwise read from the runs' config, else from the composed preset;
+    its `claims` are the composed preset's own list where it has one (claims are analysis: a
+    claim added to a preset is checked on the runs it already has).
     `command` goes to `provenance.txt` (default: this process's command line). `overrides` are
     the ones the sweep was given on top of the preset (`cluster=sim`, which sets the clock): the
     grid's points are composed with them. `out_root` is the sweep's output root, which
@@ -293,6 +295,10 @@ def _report_experiment(
     else:
         sweeps = [grid] if isinstance(grid, Mapping) else list(grid)
     node = dict(report_node) if report_node is not None else _node_from_runs(runs, preset)
+    if report_node is None and preset is not None and "claims" in preset.report:
+        # the claims are analysis, not training: the preset's own list as it stands, so that a
+        # claim added to a preset is checked on its committed runs (`make recompute --update`)
+        node["claims"] = list(preset.report["claims"])
     kind, figure_names, rows, title = _check_node(node, runs)
     conf = Path(conf_dir)
     groups = set(GROUPS) | (

@@ -78,6 +78,8 @@ SOURCES: dict[str, tuple[str, str]] = {
     "overlap_stragglers_do_not_wait": ("Overlap-Local-SGD", "sec. 3, stragglers"),
     "losp_beats_osp": ("LOSP", "accuracy"),
     "losp_sooner_than_osp": ("LOSP", "time to accuracy"),
+    "losp_beats_state_of_the_art": ("LOSP", "abstract, accuracy over the state of the art"),
+    "losp_sends_less_than_sync": ("LOSP", "abstract, communication cost"),
     "osp_losp_faster_than_sync_under_heterogeneity": ("OSP / LOSP", "heterogeneous workers"),
     "osp_losp_fast_workers_do_not_wait": ("OSP / LOSP", "fast workers' idle time"),
     "pseudo_sync_matches_sync": ("pseudo-synchronous SGD", "accuracy"),

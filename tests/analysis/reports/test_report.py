@@ -52,7 +52,7 @@ from analysis.runs.grid import (
     grid_column,
     sweep_values,
 )
-from analysis.runs.load import load_runs, load_summaries
+from analysis.runs.load import load_runs, load_summaries, read_config
 from experiments.errors import UserError
 from tests.cli import module_here
 from tests.fixtures import make_fixtures as fx
@@ -1380,3 +1380,25 @@ def test_a_table_says_when_its_runs_came_from_more_than_one_platform():
     assert _platform_note(pd.DataFrame({"run_dir": ["x"]})) == []
     (line,) = _platform_note(two)
     assert line.startswith("The runs were computed on 2 platforms (provenance.txt, `platform`")
+
+
+def test_a_preset_report_checks_the_presets_claims_as_they_stand(tmp_path: Path) -> None:
+    """The claims are analysis, not training: a claim added to (or dropped from) a preset is
+    checked on its committed runs, whose config still lists the claims they were run with."""
+    import shutil
+
+    conf = tmp_path / "conf"
+    shutil.copytree(CONF, conf)
+    preset = conf / "experiment" / f"{EXPERIMENT}.yaml"
+    text = preset.read_text()
+    assert "  - overlap_best_at_every_tau\n" in text
+    preset.write_text(text.replace("  - overlap_best_at_every_tau\n", ""))
+    ran_with = read_config(next(RUNS.rglob("config.yaml")).parent)["report"]["claims"]
+    assert "overlap_best_at_every_tau" in ran_with
+    result = report_experiment(RUNS, tmp_path / "out", EXPERIMENT, "smoke", conf_dir=conf)
+    names = [c.name for c in result["claims"]]
+    assert names == [
+        "eamsgd_worst",
+        "cocod_diverges_at_large_tau_overlap_does_not",
+        "overlap_ratio_far_below_sync",
+    ]
