@@ -16,7 +16,7 @@ from typing import Any
 
 from analysis.runs.records import RECORDS
 from experiments.errors import UserError
-from experiments.workers.startup import stops_held
+from experiments.workers.startup import STOP_SIGNALS, stops_held
 
 FIGURE_NAME = "test_acc"
 TIME_FIGURE_NAME = "time"
@@ -35,9 +35,6 @@ def report_files(name: str = "table") -> set[str]:
         for ext in (".png", ".pdf")
     }
     return tables | figures | {"claims.md", "claims.json", RECORDS, "provenance.txt"}
-
-
-STOP_SIGNALS = ("SIGINT", "SIGTERM", "SIGHUP", "SIGUSR1", "SIGUSR2")
 
 
 class ReportStopped(Exception):
@@ -184,7 +181,7 @@ def staged_report(out: str | os.PathLike, name: str = "table"):
 
 @contextlib.contextmanager
 def stops_raised(program: bool = False):
-    """Around a command: each stop signal (STOP_SIGNALS) raises `_Signalled` in the main
+    """Around a command: each stop signal (run.py's STOP_SIGNALS) raises `_Signalled` in the main
     thread (`staged_report` turns it into a ReportStopped); the previous handlers after, or,
     for the command's own process (`program`), the stops ignored: it ends next, and a stop
     then has nothing left to stop (an in-process caller, recompute, keeps its handlers)."""
@@ -197,7 +194,7 @@ def stops_raised(program: bool = False):
     def stop(signum: int, frame: Any) -> None:
         raise _Signalled(signum)
 
-    previous = {sig: signal.signal(sig, stop) for sig in (getattr(signal, n) for n in STOP_SIGNALS)}
+    previous = {sig: signal.signal(sig, stop) for sig in STOP_SIGNALS}
     try:
         yield
     finally:

@@ -58,8 +58,10 @@ def compare(
     otherwise)."""
     gate, flagged = convergence_gate(a_values, b_values)
     if gate:
-        plain = (_plain(a_values), _plain(b_values))
-        return _gated(gate, lambda: compare(a, plain[0], b, plain[1], threshold, direction, margin))
+        return _gated(
+            gate,
+            lambda: compare(a, _plain(a_values), b, _plain(b_values), threshold, direction, margin),
+        )
     pairs = _pairs(a_values, b_values)
     x, y = _floats(a_values), _floats(b_values)
     base = dict(a=a, b=b, a_values=x, b_values=y, threshold=threshold, direction=direction)
@@ -101,8 +103,7 @@ def equivalent(
     outside does not, else cannot tell."""
     gate, flagged = convergence_gate(a_values, b_values)
     if gate:
-        plain = (_plain(a_values), _plain(b_values))
-        return _gated(gate, lambda: equivalent(a, plain[0], b, plain[1], margin))
+        return _gated(gate, lambda: equivalent(a, _plain(a_values), b, _plain(b_values), margin))
     pairs = _pairs(a_values, b_values)
     x, y = _floats(a_values), _floats(b_values)
     base = dict(a=a, b=b, a_values=x, b_values=y, threshold=margin, direction=0)
@@ -187,8 +188,9 @@ def ratio_below(
     if len(x) < 2 or len(y) < 2:
         return _undecided(base, estimate, "n < 2 on a side")
     if gate:
-        plain = (_plain(a_values), _plain(b_values))
-        return _gated(gate, lambda: ratio_below(a, plain[0], b, plain[1], threshold))
+        return _gated(
+            gate, lambda: ratio_below(a, _plain(a_values), b, _plain(b_values), threshold)
+        )
     if not min(y) > 0:
         return _undecided(base, estimate, f"{b} has a zero value: no ratio")
     if _flat(x) and _flat(y):
