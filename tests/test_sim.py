@@ -30,6 +30,7 @@ import algorithms
 from experiments.config import schema
 from experiments.errors import UserError, WorkerFailed
 from tests.compose import composed
+from tests.session import once_a_session
 from tests.workers import run_workers
 
 WORKERS = 3
@@ -108,13 +109,16 @@ def _gloo_runs(rank: int, m: int, configs: dict, root: str) -> dict:
 
 
 @pytest.fixture(scope="module")
-def gloo_runs(tmp_path_factory) -> Path:
-    """Every case with real gloo worker processes (one launch for all of them)."""
-    root = tmp_path_factory.mktemp("gloo")
-    configs = {label: config("local", *o) for label, (_, o) in cases().items()}
-    statuses = run_workers(_gloo_runs, WORKERS, configs, str(root))
-    assert all(s == "completed" for s in statuses[0].values()), statuses[0]
-    return root
+def gloo_runs(tmp_path_factory, worker_id) -> Path:
+    """Every case with real gloo worker processes (one launch for all of them), once a
+    session (tests/session.py)."""
+
+    def launch(root: Path) -> None:
+        configs = {label: config("local", *o) for label, (_, o) in cases().items()}
+        statuses = run_workers(_gloo_runs, WORKERS, configs, str(root))
+        assert all(s == "completed" for s in statuses[0].values()), statuses[0]
+
+    return once_a_session(tmp_path_factory, worker_id, "gloo", launch)
 
 
 def sim_run(cfg: dict, run_dir: Path) -> str:

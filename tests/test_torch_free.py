@@ -11,10 +11,10 @@ import sys
 from pathlib import Path
 
 import pytest
-from filelock import FileLock
 
 import algorithms
 from tests.cli import REPO, child_env
+from tests.session import once_a_session
 
 HEAVY = ("torch", "wandb", "pandas")
 
@@ -509,20 +509,16 @@ with initialize_config_dir(config_dir=sys.argv[1], version_base="1.3"):
 def bad_value_answers(tmp_path_factory, worker_id) -> dict[tuple[str, str], dict]:
     """(key, cluster) -> how the pre-flight answered the key's bad value under that cluster (the
     cluster the line names, else each of CLUSTERS): all in one fresh interpreter, once a
-    session. Under pytest-xdist the first process to get here asks, into the session's shared
-    temporary directory, under a lock; the others read its answers (each process asked again
-    before: 47 s each on a loaded machine, three times in `make test`)."""
-    if worker_id == "master":
-        return _bad_value_answers(tmp_path_factory.mktemp("bad-values"))
-    shared = tmp_path_factory.getbasetemp().parent  # this session's, common to its processes
-    answers = shared / "bad-values.json"
-    with FileLock(shared / "bad-values.lock"):
-        if not answers.is_file():
-            tmp = shared / "bad-values"
-            tmp.mkdir()
-            found = _bad_value_answers(tmp)
-            answers.write_text(json.dumps([[*k, v] for k, v in found.items()]))
-    return {(key, cluster): v for key, cluster, v in json.loads(answers.read_text())}
+    session (tests/session.py: each of `make test`'s processes asked again before, 47 s each on
+    a loaded machine)."""
+
+    def ask(folder: Path) -> None:
+        found = _bad_value_answers(folder)
+        (folder / "answers.json").write_text(json.dumps([[*k, v] for k, v in found.items()]))
+
+    folder = once_a_session(tmp_path_factory, worker_id, "bad-values", ask)
+    answers = json.loads((folder / "answers.json").read_text())
+    return {(key, cluster): v for key, cluster, v in answers}
 
 
 def _bad_value_answers(tmp: Path) -> dict[tuple[str, str], dict]:
