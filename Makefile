@@ -62,7 +62,7 @@ PUBLISH_CHECK = $(if $(PUBLISHING),$(PY) -m experiments.sweep --cluster $(strip 
 .PHONY: help install test test-quick test-fast test-unit test-dist test-e2e test-slurm lint fmt \
 	demo smoke clean table1 table2 figures tune report bench bench-quick gpu-check docs \
 	recompute verify data controls losp overlap-straggler pseudo-sync pseudo-sync-speed \
-	overlap-sync report-check \
+	overlap-sync report-check replicate \
 	wandb-report
 
 help: ## List the targets
@@ -160,6 +160,16 @@ pseudo-sync-speed: $(STAMP) ## Pseudo-synchronous vs synchronous SGD: time to ac
 
 overlap-sync: $(STAMP) ## Overlap-Local-SGD at tau 1, 2 vs sync SGD, IID and non-IID, 8 seeds, at VERDICT_SCALE (results/overlap_sync)
 	$(call VSWEEP,overlap_sync,$(VERDICT_SCALE))
+
+# A preset's committed claims tested again on seeds never used (analysis/reproduce/replicate.py):
+# the same sweep on SEEDS (default: as many as committed, from 200 up), the comparison beside its
+# report in $(OUT)/replicate/results/<PRESET>/<scale>; PUBLISH=1 copies it into the committed
+# result (results/<PRESET>/<scale>/replication/), which the verdicts page reads.
+replicate: $(STAMP) ## PRESET's claims rerun on fresh seeds (SEEDS=200-207) at VERDICT_SCALE: does each verdict replicate? (PUBLISH=1: into results/)
+	@test -n "$(PRESET)" || { echo "error: make replicate needs PRESET=<name> (a preset with a committed result)" >&2; exit 2; }
+	$(PY) -m analysis.reproduce.replicate $(PRESET) --scale $(VERDICT_SCALE) --cluster $(strip $(CLUSTER)) \
+		--out-root "$(OUT)" $(if $(SEEDS),--seeds $(SEEDS)) $(if $(filter-out 1,$(JOBS)),--jobs $(JOBS)) \
+		$(if $(filter 1 yes true,$(PUBLISH)),--publish)
 
 # `make report PUBLISH=1`: every preset's checks before the first one runs (its prerequisites
 # run in order, this one first).

@@ -1,12 +1,12 @@
 """Ctrl-C and the stop signals in the results commands (recompute, verify, verdict_page,
-wandb_report, tune_preset, status): one `error:` line on stderr, no traceback, and the exit code
-a shell gives a process that signal ended: 130 for Ctrl-C, 128 + N for signal N (143 for
-SIGTERM, 129 for SIGHUP). A reader that went away (`python -m analysis.runs.status | head`) ends the
-command quietly with 141, as SIGPIPE would. What the command had finished before the stop stays;
-what it was doing is not recorded as a result (each command's files are written atomically: a
-stop leaves the previous file, or none). analysis/reports/report.py keeps its own stops (its report
-is staged whole, analysis/reports/staging.py) and the sweep driver its own (experiments/sweep.py: it
-passes the stop on to its runs).
+wandb_report, tune_preset, replicate, status): one `error:` line on stderr, no traceback, and
+the exit code a shell gives a process that signal ended: 130 for Ctrl-C, 128 + N for signal N
+(143 for SIGTERM, 129 for SIGHUP). A reader that went away (`python -m analysis.runs.status |
+head`) ends the command quietly with 141, as SIGPIPE would. What the command had finished before
+the stop stays; what it was doing is not recorded as a result (each command's files are written
+atomically: a stop leaves the previous file, or none). analysis/reports/report.py keeps its own
+stops (its report is staged whole, analysis/reports/staging.py) and the sweep driver its own
+(experiments/sweep.py: it passes the stop on to its runs).
 
     @stoppable("recompute")
     def main(argv=None) -> int: ...
@@ -133,3 +133,23 @@ def stop_early(command: str) -> None:
 
     for sig in STOP_SIGNALS:
         signal.signal(sig, now)
+
+
+def run_sweep(cmd: list[str]) -> int:
+    """Run the sweep `cmd` (tune_preset's tune sweeps, replicate's sweep) as the sweep driver runs
+    its commands (experiments/sweep.py `run_children`: a process group of its own that gets
+    SIGTERM when this process dies, every stop passed on to it, its group killed GRACE_S
+    after the first stop); its exit code. A stop is raised again (KeyboardInterrupt,
+    Stopped) once the sweep ended, so that `stoppable` says it last, in one line with its
+    code. Ctrl-C is passed on as SIGTERM: a run.py still in Python's start-up (before its
+    handlers) prints a KeyboardInterrupt traceback for SIGINT and ends silently for SIGTERM;
+    once started, SIGTERM checkpoints its run (a rerun resumes)."""
+    from experiments.errors import Stopped
+    from experiments.sweep import Stop, run_children
+
+    try:
+        return run_children([cmd], ctrl_c_as=signal.SIGTERM)[0]
+    except Stop as stop:
+        if stop.signum == signal.SIGINT:
+            raise KeyboardInterrupt from None
+        raise Stopped(stop.signum) from None

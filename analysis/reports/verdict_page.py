@@ -58,6 +58,10 @@ from experiments.store.records import (  # noqa: E402
 )
 
 TITLE = "# The seed papers' claims: verdicts"  # the page's first line: what --out may replace
+#: Where a result's replication on fresh seeds is (analysis/reproduce/replicate.py --publish):
+#: `<result>/replication/replication.json`, its claims' verdicts on seeds never used before.
+REPLICATION = ("replication", "replication.json")
+DECISIVE = ("holds", "does not hold")
 
 # Where each claim comes from: (paper, figure or table).
 SOURCES: dict[str, tuple[str, str]] = {
@@ -196,7 +200,7 @@ TEXTS = ("unit", "kind", "test", "why", "sign")
 COUNTS = ("n", "n_needed")
 
 
-def _claims(path: Path) -> list[dict]:
+def read_claims(path: Path) -> list[dict]:
     """The claims of one `claims.json`, each checked for what the page reads: a DamagedRecord
     naming the file and the field otherwise."""
     data = read_json_object(path)
@@ -250,9 +254,41 @@ def load(results: Path) -> list[dict]:
         if not (folder / "claims.md").is_file():
             raise DamagedRecord(folder / "claims.md", "not a file")
         preset, scale = folder.parent.name, folder.name
-        for item in _claims(path):
-            out.append({**item, "preset": preset, "scale": scale, "dir": folder})
+        again = replication(folder)
+        for item in read_claims(path):
+            rerun = again.get(item["name"])
+            out.append({**item, "preset": preset, "scale": scale, "dir": folder, "again": rerun})
     return out
+
+
+def replication(folder: Path) -> dict[str, dict]:
+    """Claim name -> its replication (`replication` and `seeds`: the verdict on the fresh
+    seeds, and which) from the result's published replication, if it has one; a damaged one is
+    a DamagedRecord naming the file."""
+    path = folder.joinpath(*REPLICATION)
+    if not path.exists():
+        return {}
+    data = read_json_object(path)
+    seeds, claims = data.get("seeds_text"), data.get("claims")
+    if not isinstance(seeds, str) or not isinstance(claims, list):
+        raise DamagedRecord(path, "no 'seeds_text' text or no 'claims' list")
+    out = {}
+    for i, c in enumerate(claims):
+        if not (
+            isinstance(c, dict) and all(isinstance(c.get(k), str) for k in ("name", "replication"))
+        ):
+            raise DamagedRecord(path, f"claims[{i}] has no 'name' and 'replication' texts")
+        out[c["name"]] = {"replication": c["replication"], "seeds": seeds}
+    return out
+
+
+def replicated(item: dict) -> bool | None:
+    """Whether a decisive verdict replicates on fresh seeds (None: not decisive, or not rerun
+    yet)."""
+    again = item.get("again")
+    if item["verdict"] not in DECISIVE or again is None:
+        return None
+    return again["replication"] == item["verdict"]
 
 
 def row(item: dict, results: Path) -> list[str]:
@@ -295,12 +331,19 @@ def row(item: dict, results: Path) -> list[str]:
     setting = f"[{item['preset']}]({folder}/claims.md), {item['scale']}: " + SETTINGS.get(
         item["preset"], ""
     )
+    verdict = f"**{item['verdict']}**"
+    if item["verdict"] in DECISIVE and item.get("again") is None:
+        verdict += "; not yet replicated"
+    elif item.get("again") is not None:
+        again = item["again"]
+        how = {True: "replicates", False: "**does not replicate**", None: "fresh seeds"}
+        verdict += f"; {how[replicated(item)]}: {again['replication']} on seeds {again['seeds']}"
     return [
         f"{paper}: {where}",
         item["text"].split(" (")[0],
         setting,
         n,
-        f"**{item['verdict']}**",
+        verdict,
         effect,
         mdd,
         f"`{_command(item['preset'], item['scale'])}`",
@@ -367,6 +410,12 @@ def page(results: Path) -> str:
         'its controls first, as quick runs; so are the quantities the timing model fixes ("by '
         'the model": reported, not tested).',
         "",
+        "Each decisive verdict (holds, does not hold) is tested again on seeds never used for "
+        "it nor for tuning (`make replicate PRESET=<preset> PUBLISH=1`, "
+        "analysis/reproduce/replicate.py): it replicates when the fresh seeds give the same "
+        'verdict; one that does not is counted as "did not replicate", not as decided; "not '
+        'yet replicated" where no replication is committed.',
+        "",
         *_table(counted, results),
     ]
     for scale in sorted({it["scale"] for it in apart}, key=lambda s: scales.get(s, 2)):
@@ -398,11 +447,18 @@ def page(results: Path) -> str:
     for paper, where, text, why in NOT_TESTED:
         lines.append(f"- {paper} ({where}): {text}: {why}.")
     counts: dict[str, int] = {}
-    for item in counted:
-        counts[item["verdict"]] = counts.get(item["verdict"], 0) + 1
+    for item in counted:  # a decisive verdict that did not replicate is not counted as decided
+        said = "did not replicate" if replicated(item) is False else item["verdict"]
+        counts[said] = counts.get(said, 0) + 1
+    decisive = [it for it in counted if it["verdict"] in DECISIVE]
+    again = [it for it in decisive if replicated(it) is not None]
     at = ", ".join(sorted(passing, key=lambda s: scales.get(s, 2))) or "none"
     aside = f"; not counted: {len(apart)} at scales whose controls do not pass"
     aside += f", {len(modeled)} by the model"
+    aside += (
+        f"; decisive verdicts rerun on fresh seeds: {len(again)} of {len(decisive)}, "
+        f"{sum(replicated(it) for it in again)} replicated"
+    )
     lines += [
         "",
         f"Verdicts (tested, at the scales whose controls pass: {at}): "

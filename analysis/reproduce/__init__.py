@@ -4,7 +4,9 @@
   byte for byte (`python -m analysis.reproduce.recompute`, `make recompute`; `--update` rewrites
   them after a change to a report);
 - verify.py: a sample of the committed points trained again and compared with their records
-  (`python -m analysis.reproduce.verify`, `make verify`).
+  (`python -m analysis.reproduce.verify`, `make verify`);
+- replicate.py: a preset's committed claims tested again on seeds never used, each verdict
+  said to replicate or not (`python -m analysis.reproduce.replicate`, `make replicate`).
 
 Imports: analysis.reports (the report it reruns), analysis.runs, analysis.stops and the lower
 floors; not analysis.tuning."""

@@ -28,6 +28,9 @@ import pandas as pd
 from experiments.errors import UserError
 
 CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+#: The seeds the learning rates are tuned on (analysis/tuning/tune_preset.py), disjoint from the
+#: presets' evaluation seeds (0-9) and from a replication's (analysis/reproduce/replicate.py).
+TUNING_SEEDS = (100, 101)
 
 # The config groups (docs/configuration.md); an override `<group>=<option>` is recorded as
 # `<group>.name`.

@@ -46,21 +46,20 @@ Exit codes: 0 written; 1 a tune run failed (nothing written); 2 bad input; 130/1
 from __future__ import annotations
 
 import argparse
-import signal
 import sys
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-from analysis.runs.grid import compose_preset
-from analysis.stops import stoppable
+from analysis.runs.grid import TUNING_SEEDS, compose_preset
+from analysis.stops import run_sweep, stoppable
 from analysis.tuning.tune import check_out, print_choices, tune, write_tuned
 from experiments.config.tuned import tuned_path
 from experiments.errors import UserError, one_line_errors, refuse_inert_flags
 from experiments.store.provenance import REPO, command_line
 
 GRID = (0.05, 0.1, 0.2)
-SEEDS = (100, 101)
+SEEDS = TUNING_SEEDS
 VALIDATION = 0.15
 MAX_EXTEND = 3
 #: Keys of a preset's sweep that tuning sweeps itself (the algorithm: each is tuned; the seed:
@@ -248,7 +247,7 @@ def main(argv: Sequence[str] | None = None) -> int:
                     args.preset, args.scale, args.cluster, out, names, grid, tune_at, args.overrides
                 )
                 print("$ " + " ".join(cmd[1:]), flush=True)
-                code = _run_sweep(cmd)
+                code = run_sweep(cmd)
                 if code not in (0, 1):  # 1: some point failed (named below, nothing written)
                     why = "was refused" if code == 2 else "stopped"
                     print(f"error: the tune sweep {why} (exit {code})", file=sys.stderr)
@@ -309,25 +308,6 @@ def _runs_folder(out_root: str, preset: str) -> Path:
         raise UserError(f"--out-root: {error}") from None
     check_output_root_unmade(out / "runs")
     return out
-
-
-def _run_sweep(cmd: list[str]) -> int:
-    """Run the tune sweep `cmd` as the sweep driver runs its commands (experiments/sweep.py
-    `run_children`: a process group of its own that gets SIGTERM when this process dies, every
-    stop passed on to it, its group killed GRACE_S after the first stop); its exit code. A stop
-    is raised again (KeyboardInterrupt, Stopped) once the sweep ended, so that `stoppable` says
-    it last, in one line with its code. Ctrl-C is passed on as SIGTERM: a run.py still in
-    Python's start-up (before its handlers) prints a KeyboardInterrupt traceback for SIGINT and
-    ends silently for SIGTERM; once started, SIGTERM checkpoints its run (a rerun resumes)."""
-    from experiments.errors import Stopped
-    from experiments.sweep import Stop, run_children
-
-    try:
-        return run_children([cmd], ctrl_c_as=signal.SIGTERM)[0]
-    except Stop as stop:
-        if stop.signum == signal.SIGINT:
-            raise KeyboardInterrupt from None
-        raise Stopped(stop.signum) from None
 
 
 if __name__ == "__main__":

@@ -49,7 +49,7 @@ def test_a_tuning_with_a_failed_point_writes_no_tuning_file(tmp_path, monkeypatc
     document = {"lr": {"sync_sgd": {"chosen": 0.1, "edge": False, "points": {0.1: {"n": 1}}}}}
     monkeypatch.setattr(tune_preset, "plan", lambda preset, scale: (["sync_sgd"], {}))
     monkeypatch.setattr(tune_preset, "start_grid", lambda preset, scale: (0.1,))
-    monkeypatch.setattr(tune_preset, "_run_sweep", lambda cmd: 1)
+    monkeypatch.setattr(tune_preset, "run_sweep", lambda cmd: 1)
     monkeypatch.setattr(tune_preset, "tune", lambda *a, **k: (tmp_path / "scratch", document))
     out = tmp_path / "t.yaml"
     argv = ["tune", "--scale", "smoke", "--out-root", str(tmp_path / "o"), "--out", str(out)]
