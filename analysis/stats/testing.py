@@ -226,6 +226,7 @@ def ratio_below(
             high=high,
             holds=_side(low, high, threshold, -1),
             p_against=p_against,
+            note=flagged,
         )
     )
 

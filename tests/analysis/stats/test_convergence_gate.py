@@ -89,6 +89,10 @@ def test_equivalence_and_ratio_follow_the_same_rule():
     times = ratio_below("a", side(A, "a", 2, "time_to_target"), "b", side(B, "b", 0), 1.2)
     assert times.holds is None and times.why.endswith("tested regardless: holds")
     assert not math.isnan(times.low)
+    named = ratio_below("a", side(A, "a", 1, "time_to_target"), "b", side(B, "b", 0), 1.2)
+    assert named.holds is True and named.verdict_text().endswith(
+        "not converged: a 1 of 8 runs (one in eight or fewer: tested)"
+    )
 
 
 def test_a_gated_comparison_is_outside_the_claims_holm_family():
