@@ -138,3 +138,20 @@ def test_the_sides_of_accuracies_and_times_carry_their_flags_unless_at_a_budget(
     assert (acc.unconverged, acc.runs) == (2, 8)
     assert cell.values("local_sgd", "acc", at_budget=True).unconverged == 0
     assert cell.values("local_sgd", "train_s").unconverged == 0  # not bound to convergence
+
+
+def test_a_ratio_of_bytes_is_said_in_bytes_and_of_ratios_in_percent():
+    """The deciding line of a ratio (claims.json's `line`, the replication's table) in the
+    sides' own unit: bytes per step as bytes, not as a percentage of one."""
+    sent = ratio_below(
+        "losp",
+        side([1.4e5, 1.5e5, 1.45e5], "losp", 0, "bytes_per_step"),
+        "sync",
+        side([7.0e5, 7.05e5, 7.1e5], "sync", 0, "bytes_per_step"),
+        1.0,
+    )
+    assert sent.unit == "bytes" and sent.verdict_text().startswith("holds: losp 145 kB vs sync")
+    shares = ratio_below("a", side([0.01, 0.02, 0.015], "a", 0, "ratio"), "b",
+                         side([0.3, 0.35, 0.32], "b", 0, "ratio"), 0.5)  # fmt: skip
+    assert shares.unit == "ratio" and "a 1.5% vs b" in shares.verdict_text()
+    assert ratio_below("a", [1.0, 1.1], "b", [2.0, 2.1], 1.0).unit == "ratio"  # plain lists
