@@ -234,6 +234,13 @@ def _replace_folder(new: Path, out: Path, name: str = "table") -> None:
         for made in sorted(new.iterdir()):
             os.replace(made, out / made.name)
         return
+    swap_folder(new, out)
+
+
+def swap_folder(new: Path, out: Path) -> None:
+    """The existing folder `out` replaced by `new` whole, in one step where Linux's renameat2
+    can swap them (elsewhere the old folder is moved aside first); the old one is left at
+    `new`, for the caller to remove."""
     if not _exchange(new, out):
         aside = new.with_name(new.name + ".old")
         os.rename(out, aside)

@@ -50,6 +50,7 @@ import tempfile  # noqa: E402
 from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 
+from analysis.reports.staging import swap_folder  # noqa: E402
 from analysis.reports.verdict_page import DECISIVE, REPLICATION, read_claims  # noqa: E402
 from analysis.runs.grid import TUNING_SEEDS  # noqa: E402
 from analysis.runs.records import RECORDS, read_records  # noqa: E402
@@ -57,6 +58,7 @@ from analysis.stops import run_sweep, stoppable  # noqa: E402
 from experiments.errors import UserError, one_line_errors  # noqa: E402
 from experiments.store.provenance import REPO, command_line  # noqa: E402
 from experiments.store.records import git_commit, write_text_atomic  # noqa: E402
+from experiments.workers.startup import stops_held  # noqa: E402
 
 #: The first seed of a replication by default: above the evaluation seeds (0-9, the presets'
 #: `seed` lists) and the tuning seeds (100-101).
@@ -104,13 +106,8 @@ def committed_seeds(result: Path) -> list[int]:
 def choose_seeds(asked: str | None, committed: Sequence[int]) -> list[int]:
     """`--seeds`, or as many as `committed` from FRESH_FROM up; refused when they overlap the
     committed or the tuning seeds."""
-    seeds = (
-        parse_seeds(asked)
-        if asked
-        else [
-            s for s in range(FRESH_FROM, FRESH_FROM + 10 * len(committed)) if s not in TUNING_SEEDS
-        ][: len(committed)]
-    )
+    fresh = list(range(FRESH_FROM, FRESH_FROM + len(committed)))  # above the tuning seeds
+    seeds = parse_seeds(asked) if asked else fresh
     for used, what in ((committed, "the committed runs'"), (TUNING_SEEDS, "the tuning")):
         shared = sorted(set(seeds) & set(used))
         if shared:
@@ -169,22 +166,19 @@ def markdown(doc: dict) -> str:
 
 def publish(made: Path, result: Path) -> Path:
     """Copy the replication folder `made` into `result/FOLDER`, whole: staged beside it, then
-    swapped in (a stop or a failure leaves the previous one)."""
+    swapped in in one step with the stop signals held (analysis/reports/staging.py
+    `swap_folder`, as a report's folder): a stop or a failure leaves the previous one."""
     target = result / FOLDER
     stage = Path(tempfile.mkdtemp(prefix=f".{FOLDER}.", suffix=".tmp", dir=result))
     try:
         shutil.copytree(made, stage, dirs_exist_ok=True)
-        old = None
-        if target.exists():
-            old = result / f".{FOLDER}.old"
-            shutil.rmtree(old, ignore_errors=True)
-            os.replace(target, old)
-        os.replace(stage, target)
-        if old is not None:
-            shutil.rmtree(old, ignore_errors=True)
-    except BaseException:
+        with stops_held():
+            if target.exists():
+                swap_folder(stage, target)  # the previous one now at `stage`, removed below
+            else:
+                os.rename(stage, target)
+    finally:
         shutil.rmtree(stage, ignore_errors=True)
-        raise
     return target
 
 
@@ -283,8 +277,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     }
     write_text_atomic(made / JSON, json.dumps(doc, indent=1) + "\n")
     write_text_atomic(made / MD, markdown(doc))
+    mark = {True: "replicates", False: "does NOT replicate", None: "(not decisive)"}
     for c in doc["claims"]:
-        mark = {True: "replicates", False: "does NOT replicate", None: "(not decisive)"}
         print(f"{c['name']}: {c['committed']} -> {c['replication']}: {mark[c['replicates']]}")
     print(f"written: {made / MD}")
     if args.publish:

@@ -183,8 +183,7 @@ def ratio_below(
     base = dict(a=a, b=b, a_values=x, b_values=y, threshold=threshold)
     base |= dict(direction=-1, kind="ratio", level=1 - ALPHA, p=None, test="bootstrap")
     # the sides' own unit (bytes per step are shown as bytes), a ratio where they do not say
-    said = getattr(b_values, "column", "") or getattr(a_values, "column", "")
-    base["unit"] = unit_of(a_values, b_values) if said else "ratio"
+    base["unit"] = unit_of(a_values, b_values, plain="ratio")
     mean_b = mean_of(y)
     estimate = mean_of(x) / mean_b if mean_b else math.nan
     if len(x) < 2 or len(y) < 2:

@@ -13,11 +13,11 @@ UNITS["bytes_per_step"] = "bytes"
 UNITS["fast_idle"] = "ratio"  # a share of the budget, shown in percent
 
 
-def unit_of(a: Sequence[float], b: Sequence[float]) -> str:
-    """The unit of the sides' column: accuracies, ratios, bytes, else seconds; "acc" when the
+def unit_of(a: Sequence[float], b: Sequence[float], plain: str = "acc") -> str:
+    """The unit of the sides' column: accuracies, ratios, bytes, else seconds; `plain` when the
     sides do not say (plain lists)."""
     column = getattr(b, "column", "") or getattr(a, "column", "")
-    return UNITS.get(column, "s") if column else "acc"
+    return UNITS.get(column, "s") if column else plain
 
 
 def value_text(value: float, unit: str) -> str:
