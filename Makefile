@@ -62,7 +62,7 @@ PUBLISH_CHECK = $(if $(PUBLISHING),$(PY) -m experiments.sweep --cluster $(strip 
 .PHONY: help install test test-quick test-fast test-unit test-dist test-e2e test-slurm lint fmt \
 	demo smoke clean table1 table2 figures tune report bench bench-quick gpu-check docs \
 	recompute verify data controls losp overlap-straggler pseudo-sync pseudo-sync-speed \
-	overlap-sync report-check replicate \
+	overlap-sync report-check replicate robustness \
 	wandb-report
 
 help: ## List the targets
@@ -169,6 +169,16 @@ replicate: $(STAMP) ## PRESET's claims rerun on fresh seeds (SEEDS=200-207) at V
 	@test -n "$(PRESET)" || { echo "error: make replicate needs PRESET=<name> (a preset with a committed result)" >&2; exit 2; }
 	$(PY) -m analysis.reproduce.replicate $(PRESET) --scale $(VERDICT_SCALE) --cluster $(strip $(CLUSTER)) \
 		--out-root "$(OUT)" $(if $(SEEDS),--seeds $(SEEDS)) $(if $(filter-out 1,$(JOBS)),--jobs $(JOBS)) \
+		$(if $(filter 1 yes true,$(PUBLISH)),--publish)
+
+# A preset's committed claims tested again at other learning rates on the same seeds
+# (analysis/reproduce/robustness.py): each method at its neighbouring grid rates, every method at
+# a shared rate; only the changed methods' runs are made. PUBLISH=1 copies the comparison into
+# results/<PRESET>/<scale>/robustness/, which the verdicts page reads.
+robustness: $(STAMP) ## PRESET's decisive verdicts at other learning rates (each method's neighbours, a shared rate; METHODS=a,b: only those) at VERDICT_SCALE (PUBLISH=1: into results/)
+	@test -n "$(PRESET)" || { echo "error: make robustness needs PRESET=<name> (a preset with a committed result)" >&2; exit 2; }
+	$(PY) -m analysis.reproduce.robustness $(PRESET) --scale $(VERDICT_SCALE) --cluster $(strip $(CLUSTER)) \
+		--out-root "$(OUT)" $(if $(METHODS),--methods $(METHODS)) \
 		$(if $(filter 1 yes true,$(PUBLISH)),--publish)
 
 # `make report PUBLISH=1`: every preset's checks before the first one runs (its prerequisites

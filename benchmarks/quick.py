@@ -36,6 +36,7 @@ import os
 import sys
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks import families as f
@@ -422,14 +423,19 @@ def run(s: f.Settings) -> f.Section:
         "in model copies is. The value hardly varies: peak memory does not depend on the load."
     )
     # 6-7. seeds in lock-step and sweep efficiency at the demo's scale (cpu, digits) and 8-9.
-    # at the verdicts' scale (fmnist: Fashion-MNIST, results/README.md), shortened to fit
+    # at the verdicts' scale (fmnist: Fashion-MNIST, results/README.md), shortened to fit.
+    # --smoke gives both the same tiny workload: it is measured once and read for both rows.
+    measured: dict[tuple, _Lockstep] = {}
     for rows, run, sweep, key in (
         (ROWS[6:8], LOCKSTEP_RUN, ["experiment=demo", "cluster=sim"], "lockstep"),
         (ROWS[8:10], VERDICT_LOCKSTEP_RUN, VERDICT_SWEEP, "verdict_lockstep"),
     ):
         if s.smoke:
             run, sweep = SMOKE_LOCKSTEP_RUN, SMOKE_SWEEP
-        lockstep = _lockstep_rows(table, sec, s, rows, run, sweep, key)
+        workload = (tuple(run), tuple(sweep))
+        if workload not in measured:
+            measured[workload] = _measure_lockstep(table, s, run, sweep, key)
+        lockstep = _lockstep_rows(table, sec, rows, run, sweep, measured[workload])
     # 10-13. the verdicts' scale against the machine's limit
     _limit_rows(table, sec, s, lockstep)
     sec.notes.append(
@@ -442,33 +448,60 @@ def run(s: f.Settings) -> f.Section:
     return sec
 
 
-def _lockstep_rows(
-    table: _Table,
-    sec: f.Section,
-    s: f.Settings,
-    rows: tuple[str, ...],
-    run: list[str],
-    sweep: list[str],
-    key: str,
-) -> None:
-    """Rows (a) and (b) of issue 34 for one workload: S seeds of `run` in lock-step against
-    one seed, interleaved; then the sweep `sweep` once, its runs' measured training time over
-    its wall time. Returns each lock-step run's (wall seconds, its first seed's summary)."""
-    seeds = ",".join(str(i) for i in range(SMOKE_LOCKSTEP_SEEDS if s.smoke else LOCKSTEP_SEEDS))
-    lockstep: list[tuple[float, dict]] = []
+@dataclass
+class _Lockstep:
+    """One workload's lock-step measurements: the interleaved walls of `seeds` seeds together
+    (xs) and of one seed (ys), each lock-step run's (wall, its first seed's summary), and the
+    sweep once (its runs, its wall time)."""
+
+    seeds: int
+    xs: list[float]
+    ys: list[float]
+    runs_together: list[tuple[float, dict]]
+    sweep_runs: list
+    sweep_wall: float
+
+
+def _measure_lockstep(
+    table: _Table, s: f.Settings, run: list[str], sweep: list[str], key: str
+) -> _Lockstep:
+    """Rows (a) and (b) of issue 34 measured for one workload: S seeds of `run` in lock-step
+    against one seed, interleaved; then the sweep `sweep` once."""
+    count = SMOKE_LOCKSTEP_SEEDS if s.smoke else LOCKSTEP_SEEDS
+    seeds = ",".join(str(i) for i in range(count))
+    together_runs: list[tuple[float, dict]] = []
 
     def together() -> float:
         wall, summary = f._timed_run(["-m", *run, f"seed={seeds}"])
-        lockstep.append((wall, summary))
+        together_runs.append((wall, summary))
         return wall
 
     xs, ys = table.interleave(
         key, together, lambda: f._wall_of_run([*run, "seed=0"]), _scalar_spread
     )
+    t0 = time.perf_counter()
+    runs = h.suite(sweep, multirun=True)
+    wall = time.perf_counter() - t0
+    table.times[f"{key} sweep"] = wall
+    return _Lockstep(count, xs, ys, together_runs, runs, wall)
+
+
+def _lockstep_rows(
+    table: _Table,
+    sec: f.Section,
+    rows: tuple[str, ...],
+    run: list[str],
+    sweep: list[str],
+    m: _Lockstep,
+) -> list[tuple[float, dict]]:
+    """Rows (a) and (b) of issue 34 for one workload, from its measurements `m`: S seeds in
+    lock-step over one seed; the sweep's runs' measured training time over its wall time.
+    Returns each lock-step run's (wall seconds, its first seed's summary)."""
+    xs, ys, runs, wall = m.xs, m.ys, m.sweep_runs, m.sweep_wall
     table.add_ratio(
         rows[0],
         " ".join(run) + " (W&B off)",
-        f"{h.median(xs):.1f} s for {seeds.count(',') + 1} seeds",
+        f"{h.median(xs):.1f} s for {m.seeds} seeds",
         f"{h.median(ys):.1f} s for 1 seed",
         xs,
         ys,
@@ -476,10 +509,6 @@ def _lockstep_rows(
         2.5,
         "new in issue 34 (no full-bench figure)",
     )
-    t0 = time.perf_counter()
-    runs = h.suite(sweep, multirun=True)
-    wall = time.perf_counter() - t0
-    table.times[f"{key} sweep"] = wall
     trained = sum(
         r.steps * (r.summary["compute/measured_step_s"] or r.summary["compute/step_time_s"])
         for r in runs
@@ -507,7 +536,7 @@ def _lockstep_rows(
         "lock-step) run one seed at a time. A figure above 1 means seeds in lock-step trained "
         "faster together than each would alone."
     )
-    return lockstep
+    return m.runs_together
 
 
 def _limit_rows(table: _Table, sec: f.Section, s: f.Settings, lockstep: list) -> None:

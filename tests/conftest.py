@@ -53,3 +53,11 @@ def pytest_xdist_make_scheduler(config: pytest.Config, log):
             return super()._split_scope(nodeid)
 
     return SlurmTogether(config, log)
+
+
+@pytest.fixture(scope="session")
+def worker_id(request: pytest.FixtureRequest) -> str:
+    """pytest-xdist's fixture of this name (its process's id, "master" without workers), also
+    where xdist is not loaded (`-p no:xdist`: `make test TEST_JOBS=0`), which tests/session.py's
+    users need: the same value xdist gives."""
+    return getattr(request.config, "workerinput", {}).get("workerid", "master")

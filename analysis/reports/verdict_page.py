@@ -61,6 +61,9 @@ TITLE = "# The seed papers' claims: verdicts"  # the page's first line: what --o
 #: Where a result's replication on fresh seeds is (analysis/reproduce/replicate.py --publish):
 #: `<result>/replication/replication.json`, its claims' verdicts on seeds never used before.
 REPLICATION = ("replication", "replication.json")
+#: Where a result's check at other learning rates is (analysis/reproduce/robustness.py
+#: --publish): `<result>/robustness/robustness.json`, its claims' verdicts at each other rate set.
+ROBUSTNESS = ("robustness", "robustness.json")
 DECISIVE = ("holds", "does not hold")
 
 # Where each claim comes from: (paper, figure or table).
@@ -348,11 +351,64 @@ def load(results: Path) -> list[dict]:
         if not (folder / "claims.md").is_file():
             raise DamagedRecord(folder / "claims.md", "not a file")
         preset, scale = folder.parent.name, folder.name
-        again = replication(folder)
+        again, rates = replication(folder), robustness(folder)
         for item in read_claims(path):
-            rerun = again.get(item["name"])
-            out.append({**item, "preset": preset, "scale": scale, "dir": folder, "again": rerun})
+            rerun, other = again.get(item["name"]), rates.get(item["name"])
+            out.append(
+                {**item, "preset": preset, "scale": scale, "dir": folder, "again": rerun,
+                 "rates": other}
+            )  # fmt: skip
     return out
+
+
+def robustness(folder: Path) -> dict[str, dict]:
+    """Claim name -> its verdict at every other rate set (`points`: point name -> verdict) from
+    the result's published robustness check, if it has one; a damaged one is a DamagedRecord
+    naming the file."""
+    path = folder.joinpath(*ROBUSTNESS)
+    if not path.exists():
+        return {}
+    claims = read_json_object(path).get("claims")
+    if not isinstance(claims, list):
+        raise DamagedRecord(path, "no 'claims' list")
+    out = {}
+    for i, c in enumerate(claims):
+        points = c.get("points") if isinstance(c, dict) else None
+        if not (
+            isinstance(c.get("name"), str)
+            and isinstance(points, dict)
+            and all(isinstance(v, str) for v in points.values())
+        ):
+            raise DamagedRecord(path, f"claims[{i}] has no 'name' text or 'points' verdicts")
+        out[c["name"]] = {"points": points}
+    return out
+
+
+def robust(item: dict) -> bool | None:
+    """Whether a decisive verdict is the same at every other rate set checked (None: not
+    decisive, or not checked yet)."""
+    other = item.get("rates")
+    if item["verdict"] not in DECISIVE or other is None:
+        return None
+    return all(v == item["verdict"] for v in other["points"].values())
+
+
+def _rates_text(item: dict) -> str:
+    """What the row says of the verdict at other learning rates."""
+    if item["verdict"] not in DECISIVE:
+        return ""
+    if item.get("rates") is None:
+        return "; not yet checked at other rates"
+    points = item["rates"]["points"]
+    if robust(item):
+        return f"; robust to the rate ({len(points)} other rate sets)"
+    by: dict[str, list[str]] = {}
+    for name, verdict in points.items():
+        if verdict != item["verdict"]:
+            by.setdefault(verdict, []).append(name)
+    return "; **not robust to the rate**: " + "; ".join(
+        f"{verdict} at {', '.join(names)}" for verdict, names in by.items()
+    )
 
 
 def replication(folder: Path) -> dict[str, dict]:
@@ -432,6 +488,7 @@ def row(item: dict, results: Path) -> list[str]:
         again = item["again"]
         how = {True: "replicates", False: "**does not replicate**", None: "fresh seeds"}
         verdict += f"; {how[replicated(item)]}: {again['replication']} on seeds {again['seeds']}"
+    verdict += _rates_text(item)
     return [
         f"{paper}: {where}",
         item["text"].split(" (")[0],
@@ -508,7 +565,11 @@ def page(results: Path) -> str:
         "it nor for tuning (`make replicate PRESET=<preset> PUBLISH=1`, "
         "analysis/reproduce/replicate.py): it replicates when the fresh seeds give the same "
         'verdict; one that does not is counted as "did not replicate", not as decided; "not '
-        'yet replicated" where no replication is committed.',
+        'yet replicated" where no replication is committed. Each is also tested at other '
+        "learning rates on the same seeds, one change at a time: each method at its "
+        "neighbouring grid rates and every method at a shared rate (`make robustness "
+        'PRESET=<preset> PUBLISH=1`, analysis/reproduce/robustness.py): "robust to the rate" '
+        "where every rate set gives the verdict again, else where it does not.",
         "",
         *_table(counted, results),
     ]
@@ -552,6 +613,11 @@ def page(results: Path) -> str:
     aside += (
         f"; decisive verdicts rerun on fresh seeds: {len(again)} of {len(decisive)}, "
         f"{sum(replicated(it) for it in again)} replicated"
+    )
+    checked = [it for it in decisive if robust(it) is not None]
+    aside += (
+        f"; checked at other rates: {len(checked)} of {len(decisive)}, "
+        f"{sum(robust(it) for it in checked)} robust"
     )
     lines += [
         "",

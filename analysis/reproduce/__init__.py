@@ -6,7 +6,10 @@
 - verify.py: a sample of the committed points trained again and compared with their records
   (`python -m analysis.reproduce.verify`, `make verify`);
 - replicate.py: a preset's committed claims tested again on seeds never used, each verdict
-  said to replicate or not (`python -m analysis.reproduce.replicate`, `make replicate`).
+  said to replicate or not (`python -m analysis.reproduce.replicate`, `make replicate`);
+- robustness.py: a preset's committed claims tested again at other learning rates on the same
+  seeds, each decisive verdict said to be robust to the rate or where it is not (`python -m
+  analysis.reproduce.robustness`, `make robustness`).
 
 Imports: analysis.reports (the report it reruns), analysis.runs, analysis.stops and the lower
 floors; not analysis.tuning."""

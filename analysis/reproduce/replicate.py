@@ -164,12 +164,13 @@ def markdown(doc: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def publish(made: Path, result: Path) -> Path:
-    """Copy the replication folder `made` into `result/FOLDER`, whole: staged beside it, then
-    swapped in in one step with the stop signals held (analysis/reports/staging.py
-    `swap_folder`, as a report's folder): a stop or a failure leaves the previous one."""
-    target = result / FOLDER
-    stage = Path(tempfile.mkdtemp(prefix=f".{FOLDER}.", suffix=".tmp", dir=result))
+def publish(made: Path, result: Path, folder: str = FOLDER) -> Path:
+    """Copy the folder `made` (a replication; analysis/reproduce/robustness.py's check) into
+    `result/folder`, whole: staged beside it, then swapped in in one step with the stop signals
+    held (analysis/reports/staging.py `swap_folder`, as a report's folder): a stop or a failure
+    leaves the previous one."""
+    target = result / folder
+    stage = Path(tempfile.mkdtemp(prefix=f".{folder}.", suffix=".tmp", dir=result))
     try:
         shutil.copytree(made, stage, dirs_exist_ok=True)
         with stops_held():

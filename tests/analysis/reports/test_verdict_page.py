@@ -140,7 +140,11 @@ def test_the_page_lists_controls_first_then_papers_each_row_complete(
         assert len(row) == 8
         assert row[1] == item["text"].split(" (")[0] and row[1]
         assert row[3] == ("8 paired" if d["paired"] else "8")
-        pending = "; not yet replicated" if verdict in ("holds", "does not hold") else ""
+        pending = (
+            "; not yet replicated; not yet checked at other rates"
+            if verdict in ("holds", "does not hold")
+            else ""
+        )
         assert row[4] == f"**{verdict}**{pending}" and item["verdict"] == verdict
         assert row[5] == effect(d), (name, row[5])
         assert row[7] == f"`{command}`"
@@ -170,7 +174,8 @@ def test_the_page_names_what_is_not_tested_and_counts_the_verdicts(results: Path
     assert lines[-1] == (
         "Verdicts (tested, at the scales whose controls pass: fmnist): does not hold 1, holds 1;"
         " not counted: 3 at scales whose controls do not pass, 1 by the model; decisive"
-        " verdicts rerun on fresh seeds: 0 of 2, 0 replicated."
+        " verdicts rerun on fresh seeds: 0 of 2, 0 replicated; checked at other rates: 0 of 2,"
+        " 0 robust."
     )
 
 
@@ -194,7 +199,7 @@ def test_a_claim_measured_again_by_a_better_preset_is_listed_apart_and_not_count
     assert text.splitlines()[-1] == (
         "Verdicts (tested, at the scales whose controls pass: none): none; not counted: 1 at "
         "scales whose controls do not pass, 0 by the model; decisive verdicts rerun on fresh "
-        "seeds: 0 of 0, 0 replicated."
+        "seeds: 0 of 0, 0 replicated; checked at other rates: 0 of 0, 0 robust."
     )
 
 

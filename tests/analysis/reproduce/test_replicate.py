@@ -138,14 +138,10 @@ def test_the_page_counts_a_verdict_that_did_not_replicate_as_such(tmp_path):
 
 
 @pytest.mark.e2e
-def test_a_replication_reruns_the_sweep_on_fresh_seeds_and_compares_every_claim(tmp_path):
-    results, out = tmp_path / "results", tmp_path / "out"
-    committed = subprocess.run(
-        [sys.executable, "-m", "experiments.sweep", "pseudo_sync_speed", "--scale", "smoke",
-         "--out-root", str(out), "--results", str(results), "seed=0,1", *FAST],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
-    )  # fmt: skip
-    assert committed.returncode == 0, committed.stderr[-2000:]
+def test_a_replication_reruns_the_sweep_on_fresh_seeds_and_compares_every_claim(
+    tmp_path, committed_smoke
+):
+    results, out = committed_smoke, tmp_path / "out"
     proc = subprocess.run(
         [sys.executable, "-m", "analysis.reproduce.replicate", "pseudo_sync_speed", "--scale",
          "smoke", "--results", str(results), "--out-root", str(out), *FAST],
