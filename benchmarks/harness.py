@@ -16,6 +16,7 @@ import json
 import math
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -185,10 +186,17 @@ def suite(
             break
         except RuntimeError as e:
             # The tree may be edited while the benchmarks run: one retry, and the failure is
-            # reported with the results.
+            # reported with the results (its folder kept, to look at).
             FAILURES.append(str(e))
             if attempt == 2:
                 raise
+    runs = _read_runs(out_root, seen, watch)  # a run that did not complete: its folder kept
+    shutil.rmtree(out_root, ignore_errors=True)  # all read: no benchmark leaves one in /tmp
+    return runs
+
+
+def _read_runs(out_root: Path, seen: dict, watch: bool) -> list[Run]:
+    """The runs under `out_root` (every one completed, else a RuntimeError), read whole."""
     runs = []
     for run_dir in (out_root / "runs").iterdir():
         if not (run_dir / "summary.json").is_file():
