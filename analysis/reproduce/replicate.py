@@ -283,19 +283,27 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{c['name']}: {c['committed']} -> {c['replication']}: {mark[c['replicates']]}")
     print(f"written: {made / MD}")
     if args.publish:
-        from experiments.sweep import dirty_runs
-
-        dirty = dirty_runs(root / args.preset / "runs", args.preset, args.scale)
-        if dirty or git_commit(REPO).endswith("-dirty"):
-            print(
-                f"error: --publish: {len(dirty) or 'no'} run(s) made on a modified checkout"
-                f"{f' ({dirty[0]})' if dirty else ', but the checkout is modified now'}: "
-                f"not published; {made / MD} is written",
-                file=sys.stderr,
-            )
+        if not publishable([root / args.preset / "runs"], args, made / MD):
             return 1
         print(f"published: {publish(made, result)}")
     return 0
+
+
+def publishable(runs: Sequence[Path], args: argparse.Namespace, written: Path) -> bool:
+    """Whether what `--publish` would copy came from a commit: no run under the `runs` folders
+    made on a modified checkout, and the checkout clean now; else one `error:` line."""
+    from experiments.sweep import dirty_runs
+
+    dirty = [d for folder in runs for d in dirty_runs(folder, args.preset, args.scale)]
+    if not dirty and not git_commit(REPO).endswith("-dirty"):
+        return True
+    print(
+        f"error: --publish: {len(dirty) or 'no'} run(s) made on a modified checkout"
+        f"{f' ({dirty[0]})' if dirty else ', but the checkout is modified now'}: "
+        f"not published; {written} is written",
+        file=sys.stderr,
+    )
+    return False
 
 
 if __name__ == "__main__":

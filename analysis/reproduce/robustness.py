@@ -57,7 +57,7 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from analysis.reports.verdict_page import DECISIVE, ROBUSTNESS, read_claims  # noqa: E402
-from analysis.reproduce.replicate import publish, seeds_text  # noqa: E402
+from analysis.reproduce.replicate import publish, publishable, seeds_text  # noqa: E402
 from analysis.runs.grid import compose_preset  # noqa: E402
 from analysis.runs.records import RECORDS, dumps, read_records  # noqa: E402
 from analysis.stops import run_sweep, stoppable  # noqa: E402
@@ -360,17 +360,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         print(f"{c['name']}: {c['committed']}: {mark[c['robust']]} ({', '.join(c['same_at'])})")
     print(f"written: {made / MD}")
     if args.publish:
-        from experiments.sweep import dirty_runs
-
-        dirty = [d for m, r in todo for d in dirty_runs(run_folder(runs, m, r) / "runs",
-                                                       args.preset, args.scale)]  # fmt: skip
-        if dirty or git_commit(REPO).endswith("-dirty"):
-            print(
-                f"error: --publish: {len(dirty) or 'no'} run(s) made on a modified checkout"
-                f"{f' ({dirty[0]})' if dirty else ', but the checkout is modified now'}: "
-                f"not published; {made / MD} is written",
-                file=sys.stderr,
-            )
+        if not publishable([run_folder(runs, m, r) / "runs" for m, r in todo], args, made / MD):
             return 1
         result = Path(args.results) / args.preset / args.scale
         print(f"published: {publish(made, result, FOLDER)}")
