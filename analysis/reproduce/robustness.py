@@ -306,6 +306,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     made = root / "results" / args.preset / args.scale
     for stale in (made / JSON, made / MD):  # a comparison must never sit beside other reports
         stale.unlink(missing_ok=True)
+    shutil.rmtree(made / "points", ignore_errors=True)  # nor a rate set of an earlier check
     print(
         f"robustness of {args.preset} at {args.scale}: {len(p.points)} points on seeds "
         f"{seeds_text(p.seeds)}; committed rates "
@@ -357,7 +358,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     write_text_atomic(made / MD, markdown(doc))
     mark = {True: "robust", False: "NOT robust", None: "(not decisive)"}
     for c in doc["claims"]:
-        print(f"{c['name']}: {c['committed']}: {mark[c['robust']]} ({', '.join(c['same_at'])})")
+        same = ", ".join(c["same_at"]) or "none"
+        where = f" (the same at: {same})" if c["robust"] is False else ""
+        print(f"{c['name']}: {c['committed']}: {mark[c['robust']]}{where}")
     print(f"written: {made / MD}")
     if args.publish:
         if not publishable([run_folder(runs, m, r) / "runs" for m, r in todo], args, made / MD):

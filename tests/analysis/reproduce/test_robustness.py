@@ -164,6 +164,9 @@ def test_bad_input_is_one_line_before_any_run(tmp_path, args, said):
 @pytest.mark.e2e
 def test_a_check_runs_only_the_changed_method_and_compares_every_claim(tmp_path, committed_smoke):
     out = tmp_path / "out"
+    made = out / "robustness" / "results" / "pseudo_sync_speed" / "smoke"
+    (made / "points").mkdir(parents=True)
+    (made / "points" / "old-lr1.md").write_text("a rate set of an earlier check")  # removed
     proc = subprocess.run(
         [sys.executable, "-m", "analysis.reproduce.robustness", "pseudo_sync_speed", "--scale",
          "smoke", "--methods", "pseudo_sync", "--results", str(committed_smoke), "--out-root",
@@ -171,7 +174,6 @@ def test_a_check_runs_only_the_changed_method_and_compares_every_claim(tmp_path,
         cwd=REPO, capture_output=True, text=True, timeout=600,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
-    made = out / "robustness" / "results" / "pseudo_sync_speed" / "smoke"
     doc = json.loads((made / "robustness.json").read_text())
     committed = json.loads(
         (committed_smoke / "pseudo_sync_speed" / "smoke" / "claims.json").read_text()
