@@ -183,6 +183,23 @@ def publish(made: Path, result: Path, folder: str = FOLDER) -> Path:
     return target
 
 
+def check_preset(name: str) -> None:
+    """A UserError naming the presets when `name` is not one of conf/experiment/."""
+    presets = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
+    if name not in presets:
+        raise UserError(f"unknown preset {name!r}; presets: {', '.join(presets)}")
+
+
+def check_clean(what: str) -> None:
+    """A UserError when the checkout has modified tracked files: `what` (published) must come
+    from a commit."""
+    if git_commit(REPO).endswith("-dirty"):
+        raise UserError(
+            "--publish (PUBLISH=1) needs a clean checkout: tracked files are modified (git "
+            f"status); {what} must come from a commit"
+        )
+
+
 def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m analysis.reproduce.replicate", description=__doc__)
     p.add_argument("preset", help="a preset of conf/experiment/ with a committed result")
@@ -207,9 +224,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         module="analysis.reproduce.replicate",
     )
     try:
-        presets = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
-        if args.preset not in presets:
-            raise UserError(f"unknown preset {args.preset!r}; presets: {', '.join(presets)}")
+        check_preset(args.preset)
         result = Path(args.results) / args.preset / args.scale
         claims = result / "claims.json"
         if not claims.is_file():
@@ -222,11 +237,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         seeds = choose_seeds(args.seeds, used)
         if any(o.split("=", 1)[0].lstrip("+~") == "seed" for o in args.overrides):
             raise UserError("give the seeds with --seeds, not seed=")
-        if args.publish and git_commit(REPO).endswith("-dirty"):
-            raise UserError(
-                "--publish (PUBLISH=1) needs a clean checkout: tracked files are modified (git "
-                "status); a published replication must come from a commit"
-            )
+        if args.publish:
+            check_clean("a published replication")
     except UserError as error:
         print(f"error: {error}", file=sys.stderr)
         return 2

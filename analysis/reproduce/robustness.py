@@ -57,13 +57,19 @@ from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
 from analysis.reports.verdict_page import DECISIVE, ROBUSTNESS, read_claims  # noqa: E402
-from analysis.reproduce.replicate import publish, publishable, seeds_text  # noqa: E402
+from analysis.reproduce.replicate import (  # noqa: E402
+    check_clean,
+    check_preset,
+    publish,
+    publishable,
+    seeds_text,
+)
 from analysis.runs.grid import compose_preset  # noqa: E402
 from analysis.runs.records import RECORDS, dumps, read_records  # noqa: E402
 from analysis.stops import run_sweep, stoppable  # noqa: E402
 from experiments.errors import UserError, one_line_errors  # noqa: E402
 from experiments.store.provenance import REPO, command_line  # noqa: E402
-from experiments.store.records import git_commit, write_text_atomic  # noqa: E402
+from experiments.store.records import write_text_atomic  # noqa: E402
 
 #: The tuning grid's step (analysis/tuning/tune_preset.py: x2 around the scales' default 0.1):
 #: a method's neighbouring grid rates are its rate / FACTOR and x FACTOR.
@@ -253,9 +259,7 @@ class Plan:
 
 def plan(args: argparse.Namespace) -> Plan:
     """Every check before any run, and what to run (a UserError names bad input)."""
-    presets = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
-    if args.preset not in presets:
-        raise UserError(f"unknown preset {args.preset!r}; presets: {', '.join(presets)}")
+    check_preset(args.preset)
     result = Path(args.results) / args.preset / args.scale
     for need in (result / "claims.json", result / RECORDS):
         if not need.is_file():
@@ -266,11 +270,8 @@ def plan(args: argparse.Namespace) -> Plan:
         key = override.split("=", 1)[0].lstrip("+~")
         if key in ("seed", "lr"):
             raise UserError(f"{key}= is the committed result's: not an override here")
-    if args.publish and git_commit(REPO).endswith("-dirty"):
-        raise UserError(
-            "--publish (PUBLISH=1) needs a clean checkout: tracked files are modified (git "
-            "status); a published robustness check must come from a commit"
-        )
+    if args.publish:
+        check_clean("a published robustness check")
     committed = read_claims(result / "claims.json")
     records = read_records(result / RECORDS)
     rates = method_rates(records)
