@@ -62,7 +62,7 @@ PUBLISH_CHECK = $(if $(PUBLISHING),$(PY) -m experiments.sweep --cluster $(strip 
 .PHONY: help install test test-quick test-fast test-unit test-dist test-e2e test-slurm lint fmt \
 	demo smoke clean table1 table2 figures tune report bench bench-quick gpu-check docs \
 	recompute verify data controls losp overlap-straggler pseudo-sync pseudo-sync-speed \
-	overlap-sync report-check replicate robustness \
+	overlap-sync report-check replicate robustness power \
 	wandb-report
 
 help: ## List the targets
@@ -180,6 +180,15 @@ robustness: $(STAMP) ## PRESET's decisive verdicts at other learning rates (each
 	$(PY) -m analysis.reproduce.robustness $(PRESET) --scale $(VERDICT_SCALE) --cluster $(strip $(CLUSTER)) \
 		--out-root "$(OUT)" $(if $(METHODS),--methods $(METHODS)) \
 		$(if $(filter 1 yes true,$(PUBLISH)),--publish)
+
+# A preset's claims that cannot tell, rerun at the n that reaches their margin (at most 24;
+# analysis/reproduce/power.py): the committed seeds and the next ones, reported with the committed
+# runs. PUBLISH=1 copies the comparison into results/<PRESET>/<scale>/power/, which the verdicts
+# page reads.
+power: $(STAMP) ## PRESET's claims that cannot tell at the n their margin needs (<= 24) at VERDICT_SCALE (PUBLISH=1: into results/)
+	@test -n "$(PRESET)" || { echo "error: make power needs PRESET=<name> (a preset with a committed result)" >&2; exit 2; }
+	$(PY) -m analysis.reproduce.power $(PRESET) --scale $(VERDICT_SCALE) --cluster $(strip $(CLUSTER)) \
+		--out-root "$(OUT)" $(if $(filter 1 yes true,$(PUBLISH)),--publish)
 
 # `make report PUBLISH=1`: every preset's checks before the first one runs (its prerequisites
 # run in order, this one first).

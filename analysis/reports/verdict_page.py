@@ -64,6 +64,12 @@ REPLICATION = ("replication", "replication.json")
 #: Where a result's check at other learning rates is (analysis/reproduce/robustness.py
 #: --publish): `<result>/robustness/robustness.json`, its claims' verdicts at each other rate set.
 ROBUSTNESS = ("robustness", "robustness.json")
+#: Where a result's run at the n from power is (analysis/reproduce/power.py --publish):
+#: `<result>/power/power.json`, its claims' verdicts at the n their margin needs.
+POWER = ("power", "power.json")
+#: The largest n from power that is run (issue 49: "at most 24"): a claim that needs more is
+#: left at its committed n.
+POWER_MAX_N = 24
 DECISIVE = ("holds", "does not hold")
 
 # Where each claim comes from: (paper, figure or table).
@@ -351,12 +357,12 @@ def load(results: Path) -> list[dict]:
         if not (folder / "claims.md").is_file():
             raise DamagedRecord(folder / "claims.md", "not a file")
         preset, scale = folder.parent.name, folder.name
-        again, rates = replication(folder), robustness(folder)
+        again, rates, more = replication(folder), robustness(folder), power(folder)
         for item in read_claims(path):
             rerun, other = again.get(item["name"]), rates.get(item["name"])
             out.append(
                 {**item, "preset": preset, "scale": scale, "dir": folder, "again": rerun,
-                 "rates": other}
+                 "rates": other, "power": more.get(item["name"])}
             )  # fmt: skip
     return out
 
@@ -408,6 +414,43 @@ def _rates_text(item: dict) -> str:
             by.setdefault(verdict, []).append(name)
     return "; **not robust to the rate**: " + "; ".join(
         f"{verdict} at {', '.join(names)}" for verdict, names in by.items()
+    )
+
+
+def power(folder: Path) -> dict[str, dict]:
+    """Claim name -> its verdict at the n its margin needs (`verdict`, `n`) from the result's
+    published run at the n from power, for the claims that needed it (`powered`); a damaged one
+    is a DamagedRecord naming the file."""
+    path = folder.joinpath(*POWER)
+    if not path.exists():
+        return {}
+    data = read_json_object(path)
+    n, claims = data.get("n"), data.get("claims")
+    if not isinstance(n, int) or not isinstance(claims, list):
+        raise DamagedRecord(path, "no whole number 'n' or no 'claims' list")
+    out = {}
+    for i, c in enumerate(claims):
+        if not (
+            isinstance(c, dict)
+            and all(isinstance(c.get(k), str) for k in ("name", "verdict"))
+            and isinstance(c.get("powered"), bool)
+        ):
+            raise DamagedRecord(path, f"claims[{i}] has no 'name', 'verdict' or 'powered'")
+        if c["powered"]:
+            out[c["name"]] = {"verdict": c["verdict"], "n": n}
+    return out
+
+
+def powerable(item: dict, max_n: int = POWER_MAX_N) -> bool:
+    """Whether a claim cannot tell and reaches its margin at an n above its own and at most
+    `max_n` (its deciding comparison's `n_needed`)."""
+    d = item.get("deciding") or {}
+    n, want = d.get("n"), d.get("n_needed")
+    return (
+        item["verdict"].startswith("cannot tell")
+        and isinstance(n, int)
+        and isinstance(want, int)
+        and n < want <= max_n
     )
 
 
@@ -489,6 +532,11 @@ def row(item: dict, results: Path) -> list[str]:
         how = {True: "replicates", False: "**does not replicate**", None: "fresh seeds"}
         verdict += f"; {how[replicated(item)]}: {again['replication']} on seeds {again['seeds']}"
     verdict += _rates_text(item)
+    if item.get("power") is not None:
+        more = item["power"]
+        verdict += f"; at n = {more['n']} (`make power`): **{more['verdict']}**"
+    elif powerable(item):
+        verdict += "; not yet run at the n its margin needs"
     return [
         f"{paper}: {where}",
         item["text"].split(" (")[0],
@@ -569,7 +617,11 @@ def page(results: Path) -> str:
         "learning rates on the same seeds, one change at a time: each method at its "
         "neighbouring grid rates and every method at a shared rate (`make robustness "
         'PRESET=<preset> PUBLISH=1`, analysis/reproduce/robustness.py): "robust to the rate" '
-        "where every rate set gives the verdict again, else where it does not.",
+        "where every rate set gives the verdict again, else where it does not. A claim that "
+        f"cannot tell and whose margin is reached at an n of at most {POWER_MAX_N} is run at "
+        "that n, the committed seeds and the next ones (`make power PRESET=<preset> "
+        "PUBLISH=1`, analysis/reproduce/power.py): its row shows the verdict there beside the "
+        "committed one; the totals are the committed n's.",
         "",
         *_table(counted, results),
     ]
@@ -619,6 +671,17 @@ def page(results: Path) -> str:
         f"; checked at other rates: {len(checked)} of {len(decisive)}, "
         f"{sum(robust(it) for it in checked)} robust"
     )
+    underpowered = [it for it in counted if powerable(it)]
+    if underpowered:
+        at_n: dict[str, int] = {}
+        for it in underpowered:
+            if it.get("power") is not None:
+                at_n[it["power"]["verdict"]] = at_n.get(it["power"]["verdict"], 0) + 1
+        aside += (
+            f"; cannot tell at an n their margin needs of at most {POWER_MAX_N}: "
+            f"{len(underpowered)}, run at that n: {sum(at_n.values())}"
+            + "".join(f", {k} {v}" for k, v in sorted(at_n.items()))
+        )
     lines += [
         "",
         f"Verdicts (tested, at the scales whose controls pass: {at}): "
