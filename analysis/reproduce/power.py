@@ -61,11 +61,12 @@ from analysis.reproduce.replicate import (  # noqa: E402
     publishable,
     seeds_text,
 )
+from analysis.reproduce.robustness import report_command, sweep_command  # noqa: E402
 from analysis.runs.grid import TUNING_SEEDS  # noqa: E402
 from analysis.runs.records import RECORDS, read_records  # noqa: E402
 from analysis.stops import run_sweep, stoppable  # noqa: E402
 from experiments.errors import UserError, one_line_errors  # noqa: E402
-from experiments.store.provenance import REPO, command_line  # noqa: E402
+from experiments.store.provenance import command_line  # noqa: E402
 from experiments.store.records import write_text_atomic  # noqa: E402
 
 #: The largest n run for a claim that cannot tell (issue 49: "at most 24").
@@ -222,17 +223,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         + (", ".join(f"{k} (n = {v} needed)" for k, v in p.wanted.items()) or "--n"),
         flush=True,
     )
-    cmd = [
-        sys.executable,
-        str(REPO / "run.py"),
-        "-m",
-        f"experiment={args.preset}",
-        f"scale={args.scale}",
-        f"cluster={args.cluster}",
-        f"seed={','.join(str(s) for s in p.added)}",
-        f"out_root={runs}",
-        *args.overrides,
-    ]
+    cmd = sweep_command(args, f"seed={','.join(str(s) for s in p.added)}", f"out_root={runs}")
     print("$ " + " ".join(cmd[1:]), flush=True)
     code = run_sweep(cmd)
     if code != 0:
@@ -243,20 +234,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         return code if code in (1, 2) else 1
     out = root / "report" / args.preset / args.scale
-    report = [
-        sys.executable,
-        "-m",
-        "analysis.reports.report",
-        "--experiment",
-        args.preset,
-        "--scale",
-        args.scale,
-        str((p.result / RECORDS).resolve()),
-        str(runs / "runs"),
-        "--out",
-        str(out),
-        *(f"--set={o}" for o in [f"cluster={args.cluster}", *args.overrides]),
-    ]
+    report = report_command(args, [str((p.result / RECORDS).resolve()), str(runs / "runs")], out)
     print("$ " + " ".join(report[1:]), flush=True)
     code = run_sweep(report)  # as a sweep's command: its own process group, stops passed on
     if code != 0:

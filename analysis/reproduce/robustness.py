@@ -318,19 +318,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     todo = sorted({(m, r) for point in p.points for m, r in point.rates})
     for method, rate in todo:  # each method at each new rate once, whichever points need it
         for grid in p.grids[method]:
-            cmd = [
-                sys.executable,
-                str(REPO / "run.py"),
-                "-m",
-                f"experiment={args.preset}",
-                f"scale={args.scale}",
-                f"cluster={args.cluster}",
+            cmd = sweep_command(
+                args,
                 *grid,
                 f"seed={','.join(str(s) for s in p.seeds)}",
                 f"lr={rate:g}",
                 f"out_root={run_folder(runs, method, rate)}",
-                *args.overrides,
-            ]
+            )
             print("$ " + " ".join(cmd[1:]), flush=True)
             code = run_sweep(cmd)
             if code != 0:
@@ -371,6 +365,39 @@ def main(argv: Sequence[str] | None = None) -> int:
     return 0
 
 
+def sweep_command(args: argparse.Namespace, *words: str) -> list[str]:
+    """`python run.py -m` of the preset at its scale and cluster, with `words` (the grid, the
+    seeds, the rate, the out_root) and the command's extra overrides."""
+    return [
+        sys.executable,
+        str(REPO / "run.py"),
+        "-m",
+        f"experiment={args.preset}",
+        f"scale={args.scale}",
+        f"cluster={args.cluster}",
+        *words,
+        *args.overrides,
+    ]
+
+
+def report_command(args: argparse.Namespace, roots: Sequence[str], out: Path) -> list[str]:
+    """The preset's report (its claims) over `roots` (records files and runs folders) into
+    `out`, as the sweep's report would run it (the same cluster and overrides)."""
+    return [
+        sys.executable,
+        "-m",
+        "analysis.reports.report",
+        "--experiment",
+        args.preset,
+        "--scale",
+        args.scale,
+        *roots,
+        "--out",
+        str(out),
+        *(f"--set={o}" for o in [f"cluster={args.cluster}", *args.overrides]),
+    ]
+
+
 def point_claims(
     args: argparse.Namespace, p: Plan, point: Point, runs: Path, root: Path
 ) -> list[dict] | None:
@@ -384,19 +411,7 @@ def point_claims(
     kept.write_bytes(dumps(keep))
     roots = [str(kept), *(str(run_folder(runs, m, r) / "runs") for m, r in point.rates)]
     out = work / "report"
-    report = [
-        sys.executable,
-        "-m",
-        "analysis.reports.report",
-        "--experiment",
-        args.preset,
-        "--scale",
-        args.scale,
-        *roots,
-        "--out",
-        str(out),
-        *(f"--set={o}" for o in [f"cluster={args.cluster}", *args.overrides]),
-    ]
+    report = report_command(args, roots, out)
     print(f"{point.name}: $ " + " ".join(report[1:]), flush=True)
     code = run_sweep(report)  # as a sweep's command: its own process group, stops passed on
     if code != 0:
