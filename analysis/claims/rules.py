@@ -156,11 +156,25 @@ class ClaimResult:
 
 Claim = Callable[[pd.DataFrame, dict], ClaimResult]
 CLAIMS: dict[str, Claim] = {}
+#: Claim name -> the algorithms it compares, where the claim names them (`claim(methods=...)`,
+#: every PairClaim): a rate check (analysis/reproduce/robustness.py) tests a claim only at the
+#: rate sets that change one of them.
+CLAIM_METHODS: dict[str, frozenset[str]] = {}
+#: The claims that compare an algorithm with itself under two names (OSP and LOSP on the ideal
+#: network: a negative control): tested at other rates only where their methods share one.
+IDENTITIES: set[str] = set()
 
 
-def claim(name: str, text: str, test: str) -> Callable[[Callable], Claim]:
+def claim(
+    name: str, text: str, test: str, methods: Sequence[str] = (), identity: bool = False
+) -> Callable[[Callable], Claim]:
     """Register `check(runs, report) -> (holds, evidence, details)` as the claim `name` of
-    `text`, tested by `test`; `runs` is the frame of `per_run`."""
+    `text`, tested by `test`; `runs` is the frame of `per_run`. `methods`: the algorithms it
+    compares (CLAIM_METHODS; none given: unknown); `identity`: IDENTITIES."""
+    if methods:
+        CLAIM_METHODS[name] = frozenset(methods)
+    if identity:
+        IDENTITIES.add(name)
 
     def register(check: Callable[[pd.DataFrame, dict], tuple]) -> Claim:
         def run(summaries: pd.DataFrame, report: dict) -> ClaimResult:
@@ -359,6 +373,7 @@ class PairClaim:
     note: str = ""  # the evidence's end: the margin in words
     missing: bool = True  # a cell without one of the two algorithms says so ...
     absent: str = ""  # ... with this after the algorithm's name
+    identity: bool = False  # `first` and `second` are one algorithm by construction (IDENTITIES)
 
 
 def pairwise(definition: PairClaim) -> Claim:
@@ -377,7 +392,12 @@ def pairwise(definition: PairClaim) -> Claim:
         return combine(verdicts), start + _summary(verdicts, d.what) + d.note, details
 
     check.__name__, check.__doc__ = d.name, d.why
-    return claim(d.name, d.text, d.test)(check)
+    methods = [*_algorithms(d.first), *_algorithms(d.second)]
+    return claim(d.name, d.text, d.test, methods, d.identity)(check)
+
+
+def _algorithms(value: str | Sequence[str]) -> list[str]:
+    return [value] if isinstance(value, str) else list(value)
 
 
 def _sooner(cell: Cell, early: str, late: str) -> tuple[bool | None, str]:

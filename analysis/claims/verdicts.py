@@ -92,6 +92,7 @@ def _iid(runs: pd.DataFrame) -> pd.Series:
     "Positive control: Local SGD's accuracy falls as tau grows at a fixed step budget "
     "(Overlap-Local-SGD paper, sec. 1)",
     "paired t-test of Local SGD's accuracy at the smallest tau above the largest, per partition",
+    methods=(LOCAL,),
 )
 def control_local_sgd_loses_accuracy_at_large_tau(runs: pd.DataFrame, report: dict) -> tuple:
     """Per partition: Local SGD at its smallest tau more accurate than at its largest."""
@@ -121,6 +122,7 @@ def control_local_sgd_loses_accuracy_at_large_tau(runs: pd.DataFrame, report: di
     "Positive control: at the largest tau, Local SGD on the non-IID partition is less accurate "
     "than on the IID one",
     "paired t-test of Local SGD's accuracy on IID above non-IID at the largest tau",
+    methods=(LOCAL,),
 )
 def control_noniid_below_iid(runs: pd.DataFrame, report: dict) -> tuple:
     """Local SGD at its largest tau: IID above non-IID."""
@@ -248,6 +250,7 @@ PAIR_CLAIMS = (
         what="taus",
         note=f"; equivalent = within {EQUIVALENT_IDENTICAL:g}",
         missing=False,
+        identity=True,
     ),
     PairClaim(
         "overlap_above_sync_at_small_tau",

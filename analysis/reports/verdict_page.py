@@ -368,9 +368,10 @@ def load(results: Path) -> list[dict]:
 
 
 def robustness(folder: Path) -> dict[str, dict]:
-    """Claim name -> its verdict at every other rate set (`points`: point name -> verdict) from
-    the result's published robustness check, if it has one; a damaged one is a DamagedRecord
-    naming the file."""
+    """Claim name -> its verdict at every other rate set that tests it (`points`: point name ->
+    verdict; the check's `tests` where it names them, else every set) from the result's
+    published robustness check, if it has one; a damaged one is a DamagedRecord naming the
+    file."""
     path = folder.joinpath(*ROBUSTNESS)
     if not path.exists():
         return {}
@@ -386,7 +387,10 @@ def robustness(folder: Path) -> dict[str, dict]:
             and all(isinstance(v, str) for v in points.values())
         ):
             raise DamagedRecord(path, f"claims[{i}] has no 'name' text or 'points' verdicts")
-        out[c["name"]] = {"points": points}
+        tested = c.get("tests", list(points))
+        if not (isinstance(tested, list) and all(t in points for t in tested)):
+            raise DamagedRecord(path, f"claims[{i}] 'tests' names a rate set it has no verdict at")
+        out[c["name"]] = {"points": {name: points[name] for name in tested}}
     return out
 
 
@@ -394,7 +398,7 @@ def robust(item: dict) -> bool | None:
     """Whether a decisive verdict is the same at every other rate set checked (None: not
     decisive, or not checked yet)."""
     other = item.get("rates")
-    if item["verdict"] not in DECISIVE or other is None:
+    if item["verdict"] not in DECISIVE or other is None or not other["points"]:
         return None
     return all(v == item["verdict"] for v in other["points"].values())
 
@@ -403,7 +407,7 @@ def _rates_text(item: dict) -> str:
     """What the row says of the verdict at other learning rates."""
     if item["verdict"] not in DECISIVE:
         return ""
-    if item.get("rates") is None:
+    if item.get("rates") is None or not item["rates"]["points"]:
         return "; not yet checked at other rates"
     points = item["rates"]["points"]
     if robust(item):

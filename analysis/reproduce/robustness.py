@@ -11,8 +11,15 @@ claims again at other rates, on the same seeds, one change of rate at a time:
 - **neighbours**: each method at its neighbouring grid rates (its committed rate / FACTOR and x
   FACTOR, the tuning grid's step: analysis/tuning/tune_preset.py), the other methods at theirs;
 - **shared**: every method at one rate, the grid rate nearest the geometric mean of the
-  methods' committed rates (`shared_rate`: the suite's choice of a middle ground; none where
-  the committed rates are already one rate).
+  methods' committed rates (`shared_rate`: the suite's choice of a middle ground); where the
+  committed rates are already one rate (the controls), every method at each of its
+  neighbours instead.
+
+A point tests a claim only where it changes the rate of one of the methods the claim compares
+(analysis.claims CLAIM_METHODS; every point for a claim that does not name them), and an
+identity (IDENTITIES: OSP and LOSP on the ideal network, one algorithm under two names) only
+where its methods share a rate (`tests`): elsewhere the comparison is the committed one, or
+not the claim's.
 
 Only the runs of a method whose rate changes are made: its part of the preset's sweep (its
 grid, or the extra grid that names it) with `lr` set, on the committed seeds, into
@@ -24,9 +31,10 @@ and a validation split, so none pairs with a committed run.
 
 Per claim, `robustness.json` and `robustness.md` (under `<out-root>/robustness/results/<preset>/
 <scale>/`, each point's claims.md beside them in `points/`): its committed verdict, its verdict
-at every point, and for a decisive one (holds, does not hold) `robust` (the same verdict at every
-point) and the points where it holds again. `--methods` changes only the methods named (the
-others keep their committed rates at every point; there is then no shared point). `--publish`
+at every point, the points that test it (`tests`), and for a decisive one (holds, does not
+hold) `robust` (the same verdict at every point that tests it) and the points where it holds
+again. `--methods` changes only the methods named (the others keep their committed rates at
+every point; there is then no shared point). `--publish`
 (`make robustness PUBLISH=1`) copies that folder, whole, to `<results>/<preset>/<scale>/
 robustness/`, where the verdicts page reads it; it needs a clean checkout and runs made from one.
 
@@ -127,13 +135,21 @@ def shared_rate(rates: Mapping[str, float]) -> float | None:
 
 def points(rates: Mapping[str, float], methods: Sequence[str] | None = None) -> list[Point]:
     """The other rate sets to check: each of `methods` (default: every method) at its
-    neighbouring grid rates, then, when every method may change, the shared rate."""
+    neighbouring grid rates, then, when every method may change, the shared rate; where the
+    methods share one rate already, every method at each of its neighbours instead (the runs
+    of the per-method points: no more runs)."""
     chosen = list(methods) if methods else sorted(rates)
     out = []
     for m in chosen:
         for scale, word in ((1 / FACTOR, "/"), (FACTOR, "x")):
             rate = float(f"{rates[m] * scale:.12g}")
             out.append(Point(f"{m} lr {rate:g} ({word}{FACTOR:g})", ((m, rate),)))
+    if not methods and len(rates) > 1 and len(set(rates.values())) == 1:
+        common = next(iter(rates.values()))
+        for scale, word in ((1 / FACTOR, "/"), (FACTOR, "x")):
+            rate = float(f"{common * scale:.12g}")
+            both = tuple((m, rate) for m in sorted(rates))
+            out.append(Point(f"every method lr {rate:g} ({word}{FACTOR:g}), shared", both))
     shared = shared_rate(rates) if not methods else None
     if shared is not None:
         changed = tuple((m, shared) for m in sorted(rates) if rates[m] != shared)
@@ -179,24 +195,52 @@ def run_folder(root: Path, method: str, rate: float) -> Path:
     return root / f"{method}-lr{rate:g}"
 
 
-def compare(committed: list[dict], at: Mapping[str, list[dict]]) -> list[dict]:
-    """Per committed claim: its verdict at every point, and for a decisive one whether it is the
-    same everywhere (`robust`) and where it holds again (`same_at`)."""
+def tests(claim: str, point: Point, rates: Mapping[str, float]) -> bool:
+    """Whether `point` tests `claim`: it changes the rate of one of the methods the claim
+    compares (analysis.claims CLAIM_METHODS; a claim that does not name them: every point),
+    and, for an identity (IDENTITIES: one algorithm under two names), gives its methods one
+    rate. Elsewhere the claim's comparison is the committed one, or not the claim's."""
+    from analysis.claims.rules import CLAIM_METHODS, IDENTITIES
+
+    methods = CLAIM_METHODS.get(claim)
+    if methods is None:
+        return True
+    changed = dict(point.rates)
+    if not set(changed) & methods:
+        return False
+    if claim in IDENTITIES:
+        return len({changed.get(m, rates.get(m)) for m in methods if m in rates}) <= 1
+    return True
+
+
+def compare(
+    committed: list[dict],
+    at: Mapping[str, list[dict]],
+    pts: Sequence[Point],
+    rates: Mapping[str, float],
+) -> list[dict]:
+    """Per committed claim: its verdict at every point, the points that test it (`tests`), and
+    for a decisive one whether those give it again (`robust`; None where no point tests it)
+    and which do (`same_at`)."""
+    import analysis.claims  # noqa: F401 - registers every claim's methods
+
     out = []
     for claim in committed:
         verdicts = {}
         for name, claims in at.items():
             found = next((c for c in claims if c["name"] == claim["name"]), None)
             verdicts[name] = found["verdict"] if found else "not checked"
+        tested = [p.name for p in pts if p.name in verdicts and tests(claim["name"], p, rates)]
         decisive = claim["verdict"] in DECISIVE
-        same = [name for name, v in verdicts.items() if v == claim["verdict"]]
+        same = [name for name in tested if verdicts[name] == claim["verdict"]]
         out.append(
             {
                 "name": claim["name"],
                 "text": claim["text"],
                 "committed": claim["verdict"],
                 "points": verdicts,
-                "robust": (len(same) == len(verdicts)) if decisive and verdicts else None,
+                "tests": tested,
+                "robust": (len(same) == len(tested)) if decisive and tested else None,
                 "same_at": same if decisive else [],
             }
         )
@@ -218,15 +262,18 @@ def markdown(doc: dict) -> str:
             f"{p['name']}: " + ", ".join(f"{m} {r:g}" for m, r in p["rates"].items())
             for p in doc["points"]
         )
-        + ". A decisive verdict is robust when every point gives it again; the runs of the "
-        "methods whose rate did not change are the committed ones.",
+        + ". A decisive verdict is robust when every point that tests it gives it again; a "
+        "verdict in parentheses is at a point that does not test the claim (none of the "
+        "methods it compares changed its rate, or an identity's two names were given two "
+        "rates). The runs of the methods whose rate did not change are the committed ones.",
         "",
         "| claim | committed | " + " | ".join(names) + " | robust |",
         "|---|---|" + "---|" * len(names) + "---|",
     ]
     for c in doc["claims"]:
         mark = {True: "yes", False: "**no**", None: "–"}[c["robust"]]
-        cells = " | ".join(c["points"][n] for n in names)
+        tested = c.get("tests", names)
+        cells = " | ".join(c["points"][n] if n in tested else f"({c['points'][n]})" for n in names)
         lines.append(f"| {c['name']} | {c['committed']} | {cells} | {mark} |")
     robust = sum(bool(c["robust"]) for c in decisive)
     lines += ["", f"Robust to the rate: {robust} of {len(decisive)} decisive verdicts."]
@@ -347,7 +394,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         "seeds_text": seeds_text(p.seeds),
         "rates": p.rates,
         "points": [{"name": pt.name, "rates": dict(pt.rates)} for pt in p.points],
-        "claims": compare(p.committed, at),
+        "claims": compare(p.committed, at, p.points, p.rates),
     }
     write_text_atomic(made / JSON, json.dumps(doc, indent=1) + "\n")
     write_text_atomic(made / MD, markdown(doc))

@@ -52,6 +52,15 @@ def test_points_are_each_method_at_its_neighbours_then_the_shared_rate():
     # --methods: only those change, and no shared point (the others keep their rates)
     pts = rb.points({"losp": 0.0125, "osp": 0.05}, ["losp"])
     assert [p.name for p in pts] == ["losp lr 0.00625 (/2)", "losp lr 0.025 (x2)"]
+    # one rate already (the controls, all at 0.1): every method at each neighbour as well,
+    # from the per-method points' runs
+    pts = rb.points({"losp": 0.1, "osp": 0.1})
+    assert [(p.name, p.rates) for p in pts[4:]] == [
+        ("every method lr 0.05 (/2), shared", (("losp", 0.05), ("osp", 0.05))),
+        ("every method lr 0.2 (x2), shared", (("losp", 0.2), ("osp", 0.2))),
+    ]
+    assert {r for p in pts[4:] for r in p.rates} <= {r for p in pts[:4] for r in p.rates}
+    assert len(rb.points({"local_sgd": 0.1})) == 2  # one method: its neighbours are all
 
 
 def test_a_methods_part_of_the_sweep_is_its_grid_and_every_extra_grid_naming_it():
@@ -83,7 +92,8 @@ def test_a_decisive_verdict_is_robust_only_when_every_point_gives_it_again():
         "x /2": [claim("a", "holds"), claim("b", "cannot tell"), claim("c", "holds")],
         "x x2": [claim("a", "holds"), claim("b", "does not hold")],
     }
-    rows = {c["name"]: c for c in rb.compare(committed, at)}
+    pts = [rb.Point("x /2", (("x", 0.025),)), rb.Point("x x2", (("x", 0.1),))]
+    rows = {c["name"]: c for c in rb.compare(committed, at, pts, {"x": 0.05})}
     assert rows["a"]["robust"] is True and rows["a"]["same_at"] == ["x /2", "x x2"]
     assert rows["b"]["robust"] is False and rows["b"]["same_at"] == ["x x2"]
     assert rows["b"]["points"] == {"x /2": "cannot tell", "x x2": "does not hold"}
@@ -101,6 +111,41 @@ def test_a_decisive_verdict_is_robust_only_when_every_point_gives_it_again():
     assert "| b | does not hold | cannot tell | does not hold | **no** |" in text
     assert "x /2: x 0.025; x x2: x 0.1" in text
     assert text.rstrip().endswith("Robust to the rate: 1 of 2 decisive verdicts.")
+
+
+def test_a_point_tests_a_claim_only_where_it_changes_one_of_its_methods():
+    # the controls at one rate: local_sgd's claims, the sync-vs-local timing control, and the
+    # identity of OSP and LOSP, which only a rate they share tests
+    rates = {"local_sgd": 0.1, "losp": 0.1, "osp": 0.1, "sync_sgd": 0.1}
+    pts = {p.name: p for p in rb.points(rates)}
+    committed = [
+        claim("control_local_sgd_loses_accuracy_at_large_tau", "holds"),
+        claim("control_sync_slower_on_a_modeled_network", "holds"),
+        claim("control_osp_equals_losp_on_ideal_network", "holds"),
+        claim("eamsgd_worst", "holds"),  # names no methods: every point tests it
+    ]
+    at = {name: [{**c, "verdict": "cannot tell"} for c in committed] for name in pts}
+    rows = {c["name"]: c for c in rb.compare(committed, at, list(pts.values()), rates)}
+    shared = ["every method lr 0.05 (/2), shared", "every method lr 0.2 (x2), shared"]
+    assert rows["control_local_sgd_loses_accuracy_at_large_tau"]["tests"] == [
+        "local_sgd lr 0.05 (/2)", "local_sgd lr 0.2 (x2)", *shared
+    ]  # fmt: skip
+    assert rows["control_sync_slower_on_a_modeled_network"]["tests"] == [
+        "local_sgd lr 0.05 (/2)", "local_sgd lr 0.2 (x2)", "sync_sgd lr 0.05 (/2)",
+        "sync_sgd lr 0.2 (x2)", *shared
+    ]  # fmt: skip
+    assert rows["control_osp_equals_losp_on_ideal_network"]["tests"] == shared
+    assert rows["eamsgd_worst"]["tests"] == list(pts)
+    assert all(r["robust"] is False for r in rows.values())
+    # a point that tests no claim's methods leaves the claim unchecked there, not robust
+    one = [rb.Point("sync_sgd lr 0.2 (x2)", (("sync_sgd", 0.2),))]
+    (row,) = rb.compare(committed[:1], {one[0].name: committed[:1]}, one, rates)
+    assert row["tests"] == [] and row["robust"] is None
+    doc = {"preset": "controls", "scale": "fmnist", "command": "c", "seeds_text": "0-7",
+           "rates": rates, "points": [{"name": n, "rates": dict(p.rates)} for n, p in pts.items()],
+           "claims": list(rows.values())}  # fmt: skip
+    line = next(x for x in rb.markdown(doc).splitlines() if "| control_osp_equals" in x)
+    assert line.count("(cannot tell)") == 8 and line.endswith("| **no** |")
 
 
 def test_the_page_says_robust_or_where_a_verdict_does_not_hold_again(tmp_path):
@@ -136,6 +181,20 @@ def test_the_page_says_robust_or_where_a_verdict_does_not_hold_again(tmp_path):
     assert "; **not robust to the rate**: cannot tell at shared lr 0.025" in row
     last = page.strip().splitlines()[-1]
     assert re.search(r"; checked at other rates: 2 of \d+, 1 robust[;.]", last), last
+    # a check that names the sets testing each claim: the others do not count
+    doc["claims"][1]["tests"] = ["osp lr 0.1 (x2)"]
+    doc["claims"][0]["tests"] = []
+    (folder / "robustness.json").write_text(json.dumps(doc))
+    page = verdict_page.page(results)
+    rows = [r for r in page.splitlines() if "[losp](losp/fmnist/claims.md)" in r]
+    row = next(r for r in rows if broken["text"].split(" (")[0] in r)
+    assert "; robust to the rate (1 other rate sets)" in row
+    row = next(r for r in rows if kept["text"].split(" (")[0] in r)
+    assert "; not yet checked at other rates" in row
+    doc["claims"][0]["tests"] = ["shared lr 0.5"]
+    (folder / "robustness.json").write_text(json.dumps(doc))
+    with pytest.raises(UserError, match="'tests' names a rate set it has no verdict at"):
+        verdict_page.page(results)
     (folder / "robustness.json").write_text(json.dumps({"claims": [{"name": "x"}]}))
     with pytest.raises(UserError, match="robustness.json"):
         verdict_page.page(results)
