@@ -402,7 +402,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     for c in doc["claims"]:
         same = ", ".join(c["same_at"]) or "none"
         where = f" (the same at: {same})" if c["robust"] is False else ""
-        print(f"{c['name']}: {c['committed']}: {mark[c['robust']]}{where}")
+        said = mark[c["robust"]]
+        if c["robust"] is None and c["committed"] in DECISIVE:
+            said = "(no rate set here tests it)"
+        print(f"{c['name']}: {c['committed']}: {said}{where}")
     print(f"written: {made / MD}")
     if args.publish:
         if not publishable([run_folder(runs, m, r) / "runs" for m, r in todo], args, made / MD):
