@@ -488,8 +488,8 @@ def replicated(item: dict) -> bool | None:
     return again["replication"] == item["verdict"]
 
 
-def row(item: dict, results: Path) -> list[str]:
-    """The page's cells for one checked claim."""
+def row(item: dict, results: Path, counted: bool = False) -> list[str]:
+    """The page's cells for one checked claim (`counted`: in the page's totals)."""
     paper, where = SOURCES.get(item["name"], ("other", ""))
     d = item.get("deciding") or {}
     unit = d.get("unit", "acc")
@@ -539,7 +539,7 @@ def row(item: dict, results: Path) -> list[str]:
     if item.get("power") is not None:
         more = item["power"]
         verdict += f"; at n = {more['n']} (`make power`): **{more['verdict']}**"
-    elif powerable(item) and item.get("counted"):  # (a quick run at a scale not counted: no)
+    elif powerable(item) and counted:  # (a quick run at a scale not counted: no)
         verdict += "; not yet run at the n its margin needs"
     return [
         f"{paper}: {where}",
@@ -581,8 +581,6 @@ def page(results: Path) -> str:
     tested = [it for it in items if not it["verdict"].endswith("(by the model)")]
     counted = [it for it in tested if it["scale"] in passing]
     apart = [it for it in tested if it["scale"] not in passing]
-    for it in counted:
-        it["counted"] = True
     lines = [
         TITLE,
         "",
@@ -629,7 +627,7 @@ def page(results: Path) -> str:
         "PUBLISH=1`, analysis/reproduce/power.py): its row shows the verdict there beside the "
         "committed one; the totals are the committed n's.",
         "",
-        *_table(counted, results),
+        *_table(counted, results, counted=True),
     ]
     for scale in sorted({it["scale"] for it in apart}, key=lambda s: scales.get(s, 2)):
         failing = ", ".join(
@@ -712,10 +710,11 @@ def controls_pass(items: Sequence[dict]) -> set[str]:
     return {scale for scale, held in verdicts.items() if all(held)}
 
 
-def _table(items: Sequence[dict], results: Path) -> list[str]:
+def _table(items: Sequence[dict], results: Path, counted: bool = False) -> list[str]:
     lines = ["| " + " | ".join(HEADER) + " |", "|" + "---|" * len(HEADER)]
     for item in items:
-        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in row(item, results)) + " |")
+        cells = row(item, results, counted)
+        lines.append("| " + " | ".join(c.replace("|", "\\|") for c in cells) + " |")
     return lines
 
 

@@ -57,13 +57,18 @@ from analysis.reproduce.replicate import (  # noqa: E402
     FRESH_FROM,
     check_clean,
     check_preset,
+    committed_seeds,
     publish,
     publishable,
     seeds_text,
 )
-from analysis.reproduce.robustness import report_command, sweep_command  # noqa: E402
+from analysis.reproduce.robustness import (  # noqa: E402
+    committed_result,
+    report_command,
+    sweep_command,
+)
 from analysis.runs.grid import TUNING_SEEDS  # noqa: E402
-from analysis.runs.records import RECORDS, read_records  # noqa: E402
+from analysis.runs.records import RECORDS  # noqa: E402
 from analysis.stops import run_sweep, stoppable  # noqa: E402
 from experiments.errors import UserError, one_line_errors  # noqa: E402
 from experiments.store.provenance import command_line  # noqa: E402
@@ -170,12 +175,7 @@ def plan(args: argparse.Namespace) -> Plan | None:
     """Every check before any run, and what to run; None where nothing needs running (a
     UserError names bad input)."""
     check_preset(args.preset)
-    result = Path(args.results) / args.preset / args.scale
-    for need in (result / "claims.json", result / RECORDS):
-        if not need.is_file():
-            raise UserError(
-                f"{need}: missing (no committed result of {args.preset} at {args.scale})"
-            )
+    result = committed_result(args)
     if any(o.split("=", 1)[0].lstrip("+~") == "seed" for o in args.overrides):
         raise UserError("seed= is the committed result's and the n's: not an override here")
     if args.max_n < 2:
@@ -183,7 +183,7 @@ def plan(args: argparse.Namespace) -> Plan | None:
     if args.publish:
         check_clean("a published run at the n from power")
     committed = read_claims(result / "claims.json")
-    seeds = sorted({int(r["config"]["seed"]) for r in read_records(result / RECORDS)})
+    seeds = committed_seeds(result)
     wanted = powered(committed, args.max_n)
     if args.n is not None:
         if args.n <= len(seeds):

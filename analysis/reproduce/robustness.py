@@ -307,12 +307,7 @@ class Plan:
 def plan(args: argparse.Namespace) -> Plan:
     """Every check before any run, and what to run (a UserError names bad input)."""
     check_preset(args.preset)
-    result = Path(args.results) / args.preset / args.scale
-    for need in (result / "claims.json", result / RECORDS):
-        if not need.is_file():
-            raise UserError(
-                f"{need}: missing (no committed result of {args.preset} at {args.scale} to check)"
-            )
+    result = committed_result(args, " to check")
     for override in args.overrides:
         key = override.split("=", 1)[0].lstrip("+~")
         if key in ("seed", "lr"):
@@ -335,6 +330,18 @@ def plan(args: argparse.Namespace) -> Plan:
     base = [f"cluster={args.cluster}", *args.overrides]
     grids = {m: method_grids(args.preset, args.scale, m, base) for m in changed}
     return Plan(committed, records, rates, seeds, pts, grids)
+
+
+def committed_result(args: argparse.Namespace, purpose: str = "") -> Path:
+    """`<results>/<preset>/<scale>`, the committed result `args` names; a UserError where its
+    claims.json or its records are missing (`purpose`: what the message says it was for)."""
+    result = Path(args.results) / args.preset / args.scale
+    for need in (result / "claims.json", result / RECORDS):
+        if not need.is_file():
+            raise UserError(
+                f"{need}: missing (no committed result of {args.preset} at {args.scale}{purpose})"
+            )
+    return result
 
 
 @stoppable("robustness")
