@@ -2319,6 +2319,7 @@ add(
     V("slurm-gpus-neg", "cluster=slurm cluster.gpus_per_node=-1", r"cluster.gpus_per_node must"),
     V("scale-table-workers-0", "scale.table_workers=0", r"scale.table_workers must be an"),
     V("scale-noniid-2", "scale.noniid_fraction=2", r"scale.noniid_fraction must be in"),
+    V("scale-table-seeds-abc", "scale.table_seeds=abc", r"scale.table_seeds must be seeds"),
     V("bucket-neg", "algorithm.bucket_mb=-1", r"^error: algorithm.bucket_mb must be a number >="),
     V("slowdown-of-words", "timing=virtual compute.slowdown=[a,b]", r"compute.slowdown must be"),
     V("cifar-loader-workers-neg", "dataset=cifar10 dataset.num_workers=-1", r"num_workers must"),

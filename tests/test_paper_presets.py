@@ -182,3 +182,32 @@ def test_tables_run_overlap_at_tau_1_with_the_papers_base_lr(preset, scale):
 
     overlap = composed(f"experiment={preset}", "algorithm=overlap_local_sgd", "tau=1", "lr=0.15")
     assert overlap["algorithm"]["alpha"] is None and default_alpha(1) == 0.5
+
+
+# --- the Overlap-Local-SGD presets' seeds: the scale's ------------------------------------
+
+
+@pytest.mark.parametrize("preset", ["table1", "table2", "fig4", "fig5", "low_comm"])
+def test_the_paper_presets_run_the_seeds_of_their_scale(preset):
+    """issue 49 item 1: at the verdicts' scale the Overlap-Local-SGD tables and figures run the
+    verdicts' 8 paired seeds (`scale.table_seeds`), at the cpu and paper scales the quick runs'
+    and the paper's 3; every grid of the preset (Overlap-Local-SGD's own too) runs them all."""
+    for scale, seeds in (("cpu", [0, 1, 2]), ("fmnist", list(range(8))), ("paper", [0, 1, 2])):
+        points = expand_sweeps(compose_preset(preset, scale).sweeps)
+        by_config = {}
+        for point in points:
+            config = tuple(sorted((k, str(v)) for k, v in point.items() if k != "seed"))
+            by_config.setdefault(config, set()).add(int(point["seed"]))
+        assert by_config and all(sorted(s) == seeds for s in by_config.values()), scale
+
+
+def test_the_sweeps_seeds_are_not_part_of_a_runs_identity():
+    """`scale.table_seeds` says which seeds a sweep runs; a run's own `seed` is its identity:
+    the cpu scale's committed runs keep their directories whatever the scale's list says."""
+    from experiments.config.identity import digest, identity_config
+
+    base = {"seed": 1, "lr": 0.1, "scale": {"name": "cpu", "table_seeds": "0,1,2"}}
+    other = {**base, "scale": {"name": "cpu", "table_seeds": "0,1,2,3,4,5,6,7"}}
+    assert "table_seeds" not in identity_config(base)["scale"]
+    assert digest(base) == digest(other)
+    assert digest(base) != digest({**base, "seed": 2})

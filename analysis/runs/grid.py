@@ -79,7 +79,7 @@ def compose_preset(
     if not (conf_dir / "experiment" / f"{experiment}.yaml").is_file():
         raise UserError(f"no preset {conf_dir / 'experiment' / experiment}.yaml")
     cfg = _compose(conf_dir, [*_base_overrides(experiment, scale), *overrides], with_hydra=True)
-    params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=False) or {}
+    params = OmegaConf.to_container(cfg.hydra.sweeper.params, resolve=True) or {}
     report = cfg.get("report")
     report = _to_dict_resolving_what_we_can(report) if report is not None else {}
     extra = cfg.hydra.sweeper.get("grids")  # the commsgd sweeper's extra grids

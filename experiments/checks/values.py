@@ -284,6 +284,12 @@ def validate_scale(cfg: dict[str, Any]) -> None:
     workers = s.get("table_workers")
     if not _is_int(workers) or workers < 1:
         raise UserError(f"scale.table_workers must be an integer >= 1, got {workers!r}")
+    seeds = s.get("table_seeds")
+    parts = str(seeds).split(",") if isinstance(seeds, str | int) else []
+    if not parts or not all(p.strip().isdigit() and int(p) < 2**32 for p in parts):
+        raise UserError(
+            f"scale.table_seeds must be seeds separated by commas (0,1,2), got {seeds!r}"
+        )
     if not 0 < number("noniid_fraction", s.get("noniid_fraction")) <= 1:
         raise UserError(f"scale.noniid_fraction must be in (0, 1], got {s['noniid_fraction']!r}")
     if not 0 <= number("target_acc", s.get("target_acc")) <= 1:

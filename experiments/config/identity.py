@@ -17,6 +17,7 @@ computes or what its record says:
 - `dataset.root`, `dataset.source`, `dataset.download`, `dataset.verify_checksums`: where the
   data lies and how it is fetched;
 - `report`, `scale.target_acc`: what a preset's report does with the runs;
+- `scale.table_seeds`: which seeds a preset's sweep runs (each run's own `seed` is hashed);
 - `rerun`: a request to recompute a finished run, not a property of it;
 - `hydra`: Hydra's own settings;
 - `tau` when the algorithm does not read it (`algorithms.reads_tau`: sync SGD, PowerSGD and
@@ -67,6 +68,7 @@ NON_IDENTITY_KEYS: tuple[str, ...] = (
     "dataset.verify_checksums",
     "report",
     "scale.target_acc",
+    "scale.table_seeds",
     "rerun",
     "hydra",
 )

@@ -134,6 +134,9 @@ class Scale:
     # Dominant-class share of the non-IID presets (at table_workers workers) that this scale's
     # data allow.
     noniid_fraction: float = MISSING
+    # The seeds of the Overlap-Local-SGD paper's presets (table1, table2, fig4, fig5, low_comm)
+    # at this scale, a sweep of seeds: the verdicts' 8 at fmnist, 3 elsewhere.
+    table_seeds: str = MISSING
     step_time_s: float = MISSING  # modeled step time of the presets that use the virtual clock
     # The network of `network=calibrated` (the fig4/fig5 presets): the paper's proportions of
     # communication to a step at this scale (calibration stated in conf/scale/<name>.yaml).
