@@ -2198,8 +2198,12 @@ def checks_first(target: str, *checked: str):
         ]
         first_work = next(i for i, line in enumerate(lines) if "--check" not in line)
         checks = [line for line in lines[:first_work] if "experiments.sweep" in line]
-        for preset in checked:
-            assert any(f"--publish {preset} --check" in line for line in checks), (preset, lines)
+        for preset in checked:  # "<preset>" at any scale, "<preset>@<scale>" at that one
+            name, _, scale = preset.partition("@")
+            assert any(
+                f"--publish {name} --check" in line and f"--scale {scale or ''}" in line
+                for line in checks
+            ), (preset, lines)
 
     return check
 
@@ -2224,7 +2228,16 @@ add(
         inproc=False,
         one_line=False,
         check=checks_first(
-            "report", "controls", "table1", "table2", "fig4", "fig5", "losp", "pseudo_sync"
+            "report",
+            "controls@fmnist",
+            "controls@cpu",
+            "table1@cpu",
+            "table1@fmnist",
+            "table2",
+            "fig4",
+            "fig5",
+            "losp@fmnist",
+            "pseudo_sync",
         ),
     ),
     Case(
