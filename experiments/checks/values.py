@@ -43,12 +43,16 @@ def validate_finite(node: Any, prefix: str = "") -> None:
             raise UserError(f"{key} must be a finite number, got {node}")
 
 
+# The workers' streams are seed * 1_000_003 + rank: a 64-bit seed needs seed < 2^32 (every
+# seed of a config, and every seed a scale's sweeps list: scale.table_seeds).
+SEED_LIMIT = 2**32
+
+
 def validate(cfg: dict[str, Any]) -> None:
     """Raise UserError (one line) for any value that cannot make a run."""
     validate_finite(cfg)
     for key, value in _seeds(cfg):
-        # the workers' streams are seed * 1_000_003 + rank: a 64-bit seed needs seed < 2^32
-        if not _is_int(value) or not 0 <= value < 2**32:
+        if not _is_int(value) or not 0 <= value < SEED_LIMIT:
             raise UserError(f"{key} must be an integer in [0, 2^32), got {value!r}")
     for key, low in (("workers", 1), ("tau", 1), ("batch_size", 1), ("epochs", 1)):
         value = cfg[key]
@@ -286,7 +290,7 @@ def validate_scale(cfg: dict[str, Any]) -> None:
         raise UserError(f"scale.table_workers must be an integer >= 1, got {workers!r}")
     seeds = s.get("table_seeds")
     parts = str(seeds).split(",") if isinstance(seeds, str | int) else []
-    if not parts or not all(p.strip().isdigit() and int(p) < 2**32 for p in parts):
+    if not parts or not all(p.strip().isdigit() and int(p) < SEED_LIMIT for p in parts):
         raise UserError(
             f"scale.table_seeds must be seeds separated by commas (0,1,2), got {seeds!r}"
         )
