@@ -239,6 +239,14 @@ BAD_VALUES: dict[str, tuple[str, str] | None] = {
     "scale.table_workers": ("scale.table_workers=0", "scale.table_workers must be an integer"),
     "scale.noniid_fraction": ("scale.noniid_fraction=0", "scale.noniid_fraction must be in"),
     "scale.table_seeds": ("scale.table_seeds=abc", "scale.table_seeds must be seeds separated"),
+    "scale.noniid_table_workers": (
+        "scale.noniid_table_workers=0",
+        "scale.noniid_table_workers must be an integer",
+    ),
+    "scale.noniid_table_fraction": (
+        "scale.noniid_table_fraction=1.5",
+        "scale.noniid_table_fraction must be in",
+    ),
     "scale.step_time_s": ("scale.step_time_s=0", "scale.step_time_s must be a number > 0"),
     "scale.network.latency_s": ("scale.network.latency_s=-1", "scale.network.latency_s must be"),
     "scale.network.bandwidth_gbps": (

@@ -285,17 +285,19 @@ def validate_scale(cfg: dict[str, Any]) -> None:
             raise UserError(f"scale.{key} must be a number, got {value!r}")
         return float(value)
 
-    workers = s.get("table_workers")
-    if not _is_int(workers) or workers < 1:
-        raise UserError(f"scale.table_workers must be an integer >= 1, got {workers!r}")
+    for key in ("table_workers", "noniid_table_workers"):
+        workers = s.get(key)
+        if not _is_int(workers) or workers < 1:
+            raise UserError(f"scale.{key} must be an integer >= 1, got {workers!r}")
     seeds = s.get("table_seeds")
     parts = str(seeds).split(",") if isinstance(seeds, str | int) else []
     if not parts or not all(p.strip().isdigit() and int(p) < SEED_LIMIT for p in parts):
         raise UserError(
             f"scale.table_seeds must be seeds separated by commas (0,1,2), got {seeds!r}"
         )
-    if not 0 < number("noniid_fraction", s.get("noniid_fraction")) <= 1:
-        raise UserError(f"scale.noniid_fraction must be in (0, 1], got {s['noniid_fraction']!r}")
+    for key in ("noniid_fraction", "noniid_table_fraction"):
+        if not 0 < number(key, s.get(key)) <= 1:
+            raise UserError(f"scale.{key} must be in (0, 1], got {s[key]!r}")
     if not 0 <= number("target_acc", s.get("target_acc")) <= 1:
         raise UserError(f"scale.target_acc must be in [0, 1], got {s['target_acc']!r}")
     if not number("step_time_s", s.get("step_time_s")) > 0:
