@@ -14,8 +14,11 @@ that fails is recorded and the others run. Then it writes the report of what fin
 SIGUSR1/2) is passed on to the
 command running (run.py checkpoints its run and stops; the report leaves the previous one), and
 the sweep ends without a report, in one `error:` line (exit code 3, 130 for Ctrl-C); a command
-that has not ended GRACE_S seconds later is killed with every process it started. Finished runs
-stay as they are, an unfinished one resumes when the same command is given again.
+that has not ended GRACE_S seconds later is killed with every process it started. A run.py
+killed from outside (the out-of-memory killer's SIGKILL: a share holds a lock-step group of seeds
+in memory) ends the sweep the same way, its line naming the share and the signal (exit code 128
++ the signal), once the other shares ended. Finished runs stay as they are, an unfinished one
+resumes when the same command is given again.
 
 Every refusal that needs no work comes before any: the preset, scale and cluster, the tuning
 files its runs read (experiments/config/tuned.py `check_tuned`: an empty or damaged file, a
@@ -189,6 +192,31 @@ def stopped_line(experiment: str, stop: Stop, what: str) -> int:
     return 130 if ctrl_c else 3
 
 
+def killed_line(experiment: str, share: int, signum: int, shares: int) -> int:
+    """The one line of a sweep whose run.py (share `share` of `shares`, 0-based) was killed by
+    `signum` from outside; its exit code, 128 + the signal. SIGKILL is most often the kernel's
+    out-of-memory killer: a share holds its lock-step group in memory (at scale=fmnist a group
+    of 8 seeds x 8 workers held 8.8 GB), so two shares can need twice that."""
+    try:
+        name = signal.Signals(signum).name
+    except ValueError:  # a number with no name here
+        name = f"signal {signum}"
+    which = f"share {share + 1} of {shares}" if shares > 1 else "its run.py"
+    why = (
+        " (the kernel's out-of-memory killer sends it: each share holds a lock-step group of "
+        "seeds in memory; fewer --jobs, or a smaller cluster.lockstep_seeds, need less)"
+        if signum == signal.SIGKILL
+        else ""
+    )
+    print(
+        f"error: the sweep of {experiment}: {which} was killed by {name}{why}; finished runs "
+        "are kept, no report was written; rerun the same command to resume",
+        file=sys.stderr,
+        flush=True,
+    )
+    return 128 + signum
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m experiments.sweep", description=__doc__)
     parser.add_argument("experiment", help="a preset of conf/experiment/")
@@ -305,6 +333,9 @@ def _main(args: argparse.Namespace, argv: list[str] | None) -> int:
             codes = run_children(commands)
         except Stop as stop:
             return stopped_line(args.experiment, stop, "while its runs ran")
+        killed = [(k, -c) for k, c in enumerate(codes) if c < 0]
+        if killed:  # by a signal it could not handle: no stop of ours (those end with a code)
+            return killed_line(args.experiment, *killed[0], len(codes))
         # a stop first, then a failed run, then bad input only (run.py's codes)
         stopped = [c for c in codes if c not in (0, 1, 2)]
         sweep_code = stopped[0] if stopped else 1 if 1 in codes else max(codes)

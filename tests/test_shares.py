@@ -95,3 +95,33 @@ def test_two_shares_run_every_point_once_and_keep_a_lockstep_group_whole(tmp_pat
     again = run_py(*SWEEP, f"out_root={out}", "hydra.sweeper.shard=1/2")  # nothing left to do
     assert again.returncode == 0, again.stderr[-2000:]
     assert "run " not in again.stdout and again.stdout.count(": already completed") == 2
+
+
+def test_a_share_killed_from_outside_ends_the_sweep_in_one_line_naming_it(monkeypatch, capsys):
+    """A run.py killed by a signal it cannot handle (the out-of-memory killer's SIGKILL: at
+    scale=fmnist a share held an 8-seed x 8-worker lock-step group, 8.8 GB, and one of two
+    shares was killed) ends the sweep, once the others ended, with no report and one line that
+    names the share, the signal and the likely cause; exit code 128 + the signal. Before, the
+    line said "stopped (exit -9)" and the exit code was 247."""
+    import signal
+
+    from experiments import sweep
+
+    child = subprocess.run(
+        [sys.executable, "-c", "import os, signal; os.kill(os.getpid(), signal.SIGKILL)"]
+    )
+    assert child.returncode == -signal.SIGKILL  # what run_children hands back for such a child
+    reports = []
+    monkeypatch.setattr(sweep, "run_children", lambda commands: [0, child.returncode])
+    monkeypatch.setattr(sweep, "failed_points", lambda *a: reports.append("report") or [])
+    code = sweep.main(["demo", "--scale", "smoke", "--cluster", "sim", "--jobs", "2"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert code == 128 + signal.SIGKILL
+    assert len(err) == 1 and err[0].startswith("error: the sweep of demo: share 2 of 2 was killed")
+    assert "SIGKILL" in err[0] and "out-of-memory" in err[0] and "rerun the same command" in err[0]
+    assert reports == []  # no report step
+
+    monkeypatch.setattr(sweep, "run_children", lambda commands: [-signal.SIGSEGV])
+    assert sweep.main(["demo", "--scale", "smoke", "--cluster", "sim"]) == 128 + signal.SIGSEGV
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("error: the sweep of demo: its run.py was killed by SIGSEGV;"), err
