@@ -139,10 +139,10 @@ def run_sweep(cmd: list[str]) -> int:
     """Run the sweep `cmd` (tune_preset's tune sweeps, replicate's sweep) as the sweep driver runs
     its commands (experiments/sweep.py `run_children`: a process group of its own that gets
     SIGTERM when this process dies, every stop passed on to it, its group killed GRACE_S
-    after the first stop); its exit code. A stop is raised again (KeyboardInterrupt,
-    Stopped) once the sweep ended, so that `stoppable` says it last, in one line with its
-    code. Ctrl-C is passed on as SIGTERM: a run.py still in Python's start-up (before its
-    handlers) prints a KeyboardInterrupt traceback for SIGINT and ends silently for SIGTERM;
+    after the first stop, AGAIN_GRACE_S after a second); its exit code. A stop is raised again
+    (KeyboardInterrupt, Stopped) once the sweep ended, so that `stoppable` says it last, in one
+    line with its code. Ctrl-C is passed on as SIGTERM: a run.py still in Python's start-up (before
+    its handlers) prints a KeyboardInterrupt traceback for SIGINT and ends silently for SIGTERM;
     once started, SIGTERM checkpoints its run (a rerun resumes)."""
     from experiments.errors import Stopped
     from experiments.sweep import Stop, run_children

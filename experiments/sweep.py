@@ -11,13 +11,13 @@ that fails is recorded and the others run. Then it writes the report of what fin
 `python -m analysis.reports.report --experiment <name> --scale <scale>`, into
 `<results>/<name>/<scale>/`, and ends with one `error:` line per reason its points failed for
 (naming the points) and a non-zero exit code when any failed. A stop (Ctrl-C, SIGTERM, SIGHUP,
-SIGUSR1/2) is passed on to the
-command running (run.py checkpoints its run and stops; the report leaves the previous one), and
-the sweep ends without a report, in one `error:` line (exit code 3, 130 for Ctrl-C); a command
-that has not ended GRACE_S seconds later is killed with every process it started. A run.py
-killed from outside (the out-of-memory killer's SIGKILL: a share holds a lock-step group of seeds
-in memory) ends the sweep the same way, its line naming the share and the signal (exit code 128
-+ the signal), once the other shares ended. Finished runs stay as they are, an unfinished one
+SIGUSR1/2) is passed on to the command running (run.py checkpoints its run and stops; the report
+leaves the previous one), and the sweep ends without a report, in one `error:` line (exit code 3,
+130 for Ctrl-C); a command that has not ended GRACE_S seconds later (a second stop:
+AGAIN_GRACE_S) is killed with every process it started. A run.py killed from outside (the
+out-of-memory killer's SIGKILL: a share holds a lock-step group of seeds in memory) ends the
+sweep the same way, its line naming the share and the signal (exit code 128 + the signal), once
+the other shares ended. Finished runs stay as they are, an unfinished one
 resumes when the same command is given again.
 
 Every refusal that needs no work comes before any: the preset, scale and cluster, the tuning
@@ -68,7 +68,13 @@ from experiments.store.provenance import REPO, command_line  # noqa: E402 - torc
 CONF = REPO / "conf"
 
 
-GRACE_S = 8.0  # after a stop, how long the running command has to end before it is killed
+# After a stop, how long the running command has to checkpoint and end before it is killed with
+# everything it started: a run.py stops at its next safe step, which for a lock-step group of 8
+# seeds x 8 workers at scale=fmnist on a loaded machine came about a minute later (8 s killed
+# one before its checkpoint, and half a group's work was lost). A second stop shortens the wait
+# to AGAIN_GRACE_S: a second Ctrl-C stops run.py at once, without a checkpoint.
+GRACE_S = 180.0
+AGAIN_GRACE_S = 8.0
 STOP_SIGNALS = (signal.SIGINT, signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2)
 
 
@@ -101,16 +107,16 @@ def _own_group_dying_with_parent() -> None:
 def run_child(command: list[str]) -> int:
     """Run `command` (from the checkout) in a process group of its own, the sweep's stop
     signals passed on to it; its exit code. A stop: raised as `Stop` once the command ended
-    (GRACE_S at most: then its process group is killed)."""
+    (GRACE_S at most, AGAIN_GRACE_S after a second stop: then its process group is killed)."""
     return run_children([command])[0]
 
 
 def run_children(commands: list[list[str]], ctrl_c_as: int = signal.SIGINT) -> list[int]:
     """`run_child` for several commands at once (`--jobs`): each in a process group of its own,
     every stop passed on to each (Ctrl-C as `ctrl_c_as`), their groups killed GRACE_S after the
-    first stop; their exit codes once all ended, or `Stop` after a stop. The handlers are in
-    place before the first child starts: a stop between a start and them would end this process
-    with the child still running (issue 50)."""
+    first stop or AGAIN_GRACE_S after a second; their exit codes once all ended, or `Stop` after
+    a stop. The handlers are in place before the first child starts: a stop between a start and
+    them would end this process with the child still running (issue 50)."""
     stops: list[tuple[int, float]] = []  # (signal, when)
     children: list[subprocess.Popen] = []
 
@@ -134,9 +140,18 @@ def run_children(commands: list[list[str]], ctrl_c_as: int = signal.SIGINT) -> l
             children.append(child)
             if stops:  # came while it started: passed on now
                 child.send_signal(passed(stops[0][0]))
+        told = False
         while any(child.poll() is None for child in children):
             time.sleep(0.25)  # (a blocking wait would not see a stop)
-            if stops and time.monotonic() - stops[0][1] > GRACE_S:  # end it all
+            if stops and not told:
+                told = True
+                print(
+                    f"the sweep: waiting for the running command to checkpoint and stop (at "
+                    f"most {GRACE_S:.0f} s, then it is killed); a second stop ends it at once",
+                    file=sys.stderr,
+                    flush=True,
+                )
+            if killing_time(stops, time.monotonic()):  # end it all
                 for child in children:
                     kill_group(child)
     finally:
@@ -147,6 +162,14 @@ def run_children(commands: list[list[str]], ctrl_c_as: int = signal.SIGINT) -> l
     if stops:
         raise Stop(stops[0][0])
     return [child.wait() for child in children]
+
+
+def killing_time(stops: list[tuple[int, float]], now: float) -> bool:
+    """Whether the running commands are to be killed now, given the stops so far (signal, when):
+    GRACE_S after the first, AGAIN_GRACE_S after the second."""
+    return bool(stops) and (
+        now - stops[0][1] > GRACE_S or (len(stops) > 1 and now - stops[1][1] > AGAIN_GRACE_S)
+    )
 
 
 def shares(command: list[str], jobs: int, overrides: list[str]) -> list[list[str]]:

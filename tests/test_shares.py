@@ -125,3 +125,78 @@ def test_a_share_killed_from_outside_ends_the_sweep_in_one_line_naming_it(monkey
     assert sweep.main(["demo", "--scale", "smoke", "--cluster", "sim"]) == 128 + signal.SIGSEGV
     err = capsys.readouterr().err.strip()
     assert err.startswith("error: the sweep of demo: its run.py was killed by SIGSEGV;"), err
+
+
+def test_a_stop_waits_for_the_checkpoint_and_a_second_stop_ends_it_at_once(tmp_path, monkeypatch):
+    """A stop is passed on to the running command, which is given GRACE_S to reach its next safe
+    step and checkpoint (a lock-step group of 8 seeds x 8 workers at scale=fmnist needed about a
+    minute on a loaded machine; the 8 s given before killed one before its checkpoint); a second
+    stop ends it AGAIN_GRACE_S later. Real processes: one that checkpoints in its own time after
+    the stop, one that never ends by itself."""
+    import os
+    import signal
+    import threading
+
+    from experiments import sweep
+
+    monkeypatch.setattr(sweep, "GRACE_S", 1000.0)  # only a second stop can end the second child
+    monkeypatch.setattr(sweep, "AGAIN_GRACE_S", 0.2)
+
+    def stops_later(*delays: float) -> None:
+        for delay in delays:
+            threading.Timer(delay, os.kill, (os.getpid(), signal.SIGTERM)).start()
+
+    def child(body: str) -> list[str]:
+        ready = tmp_path / "ready"
+        ready.unlink(missing_ok=True)
+        code = (
+            f"import os, signal, time, pathlib\nlog = pathlib.Path({str(tmp_path / 'log')!r})\n"
+            f"{body}\npathlib.Path({str(ready)!r}).write_text(str(os.getpid()))\n"
+            "while True: time.sleep(0.05)\n"
+        )
+        return [sys.executable, "-c", code]
+
+    def when_ready(then) -> None:  # the child's handler is in place before the first stop
+        def wait():
+            while not (tmp_path / "ready").exists():
+                threading.Event().wait(0.02)
+            then()
+
+        threading.Thread(target=wait, daemon=True).start()
+
+    # 1. One stop: the command checkpoints (1.5 s later) and ends itself; the sweep waits for it.
+    checkpoints = (
+        "def stop(signum, frame):\n"
+        "    time.sleep(1.5); log.write_text('checkpoint saved'); os._exit(3)\n"
+        "signal.signal(signal.SIGTERM, stop)"
+    )
+    when_ready(lambda: stops_later(0.0))
+    with pytest.raises(sweep.Stop):
+        sweep.run_children([child(checkpoints)])
+    assert (tmp_path / "log").read_text() == "checkpoint saved"
+
+    # 2. A command that does not end: the second stop kills it (GRACE_S is 1000 s here).
+    (tmp_path / "log").unlink()
+    never = (
+        "def stop(signum, frame):\n"
+        "    with log.open('a') as f: f.write('stop\\n')\n"
+        "signal.signal(signal.SIGTERM, stop)"
+    )
+    when_ready(lambda: stops_later(0.1, 0.6))
+    with pytest.raises(sweep.Stop) as stopped:
+        sweep.run_children([child(never)])
+    assert stopped.value.signum == signal.SIGTERM
+    assert (tmp_path / "log").read_text() == "stop\nstop\n"  # both passed on, then killed
+    with pytest.raises(ProcessLookupError):  # ended and reaped
+        os.kill(int((tmp_path / "ready").read_text()), 0)
+
+
+def test_killing_time_is_grace_s_after_the_first_stop_or_again_grace_s_after_a_second():
+    from experiments.sweep import AGAIN_GRACE_S, GRACE_S, killing_time
+
+    assert not killing_time([], 1e9)
+    assert not killing_time([(15, 100.0)], 100.0 + GRACE_S - 1)
+    assert killing_time([(15, 100.0)], 100.0 + GRACE_S + 1)
+    assert not killing_time([(15, 100.0), (2, 150.0)], 150.0 + AGAIN_GRACE_S - 1)
+    assert killing_time([(15, 100.0), (2, 150.0)], 150.0 + AGAIN_GRACE_S + 1)
+    assert AGAIN_GRACE_S < GRACE_S
