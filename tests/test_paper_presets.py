@@ -259,3 +259,24 @@ def test_the_other_scales_non_iid_tables_keep_their_workers_and_share():
         "experiment=table2", "scale=cpu", "scale.table_workers=16", "scale.noniid_fraction=0.64"
     )
     assert (cfg["workers"], cfg["partition"]["dominant_fraction"]) == (16, 0.64)
+
+
+def test_the_verdicts_page_names_each_results_workers_and_skew_as_its_config_has_them():
+    """The page's few words of setting (analysis/reports/verdict_page.py SETTINGS, and
+    SCALE_SETTINGS where a scale differs) say the workers and the non-IID share that the preset
+    composes to at each scale with a committed result: Table 2 at fmnist said "4 workers, 35%"
+    from the cpu scale's words while it ran 8 workers at 64%."""
+    import re
+
+    from analysis.reports.verdict_page import SCALE_SETTINGS, SETTINGS
+
+    for preset in ("table1", "table2", "fig4", "fig5"):
+        for scale in ("cpu", "fmnist"):
+            cfg = composed(f"experiment={preset}", f"scale={scale}")
+            words = SCALE_SETTINGS.get((preset, scale), SETTINGS[preset])
+            assert words.startswith(f"{cfg['workers']} workers"), (preset, scale, words)
+            share = re.search(r"(\d+)% one class", words)
+            if cfg["partition"]["name"] == "noniid" and share:
+                fraction = cfg["partition"]["dominant_fraction"]
+                assert int(share.group(1)) == round(100 * fraction), (preset, scale, words)
+    assert {scale for _, scale in SCALE_SETTINGS} <= {"cpu", "fmnist", "smoke", "paper"}
