@@ -60,7 +60,7 @@ PUBLISH_CHECK = $(if $(PUBLISHING),$(PY) -m experiments.sweep --cluster $(strip 
 
 .DEFAULT_GOAL := help
 .PHONY: help install test test-quick test-fast test-unit test-dist test-e2e test-slurm lint fmt \
-	demo smoke clean table1 table2 figures tune report bench bench-quick gpu-check docs \
+	demo smoke clean table1 table2 figures fig4 fig5 tune report bench bench-quick gpu-check docs \
 	recompute verify data controls losp overlap-straggler pseudo-sync pseudo-sync-speed \
 	overlap-sync report-check replicate robustness power \
 	wandb-report
@@ -142,6 +142,12 @@ figures: $(STAMP) ## Figures 4 and 5 of the Overlap-Local-SGD paper (runs what i
 	$(call SWEEP,fig4)
 	$(call SWEEP,fig5)
 
+fig4: $(STAMP) ## Figure 4 alone (the error-runtime trade-off on the modeled network)
+	$(call SWEEP,fig4)
+
+fig5: $(STAMP) ## Figure 5 alone (non-IID training curves; SCALE=fmnist: the verdicts' scale, Table 2's partition: the paper's skew on 8 workers, 8 seeds)
+	$(call SWEEP,fig5)
+
 tune: $(STAMP) ## Each method's base LR on a validation split, seeds 100-101, grid extended past an edge: at the demo's setting -> conf/tuned/$(SCALE).yaml; PRESET=name: at that preset's -> conf/tuned/$(SCALE)/name.yaml
 	$(PY) -m analysis.tuning.tune_preset $(or $(PRESET),tune) --scale $(SCALE) --cluster sim --out-root "$(OUT)"
 
@@ -204,6 +210,7 @@ report-check: $(STAMP)
 	$(call PUBLISH_CHECK,table2,$(VERDICT_SCALE))
 	$(call PUBLISH_CHECK,fig4)
 	$(call PUBLISH_CHECK,fig5)
+	$(call PUBLISH_CHECK,fig5,$(VERDICT_SCALE))
 	$(call PUBLISH_CHECK,low_comm)
 	$(call PUBLISH_CHECK,losp,$(VERDICT_SCALE))
 	$(call PUBLISH_CHECK,overlap_straggler,$(VERDICT_SCALE))
@@ -212,12 +219,13 @@ report-check: $(STAMP)
 	$(call PUBLISH_CHECK,overlap_sync,$(VERDICT_SCALE))
 
 # Every committed result (the demo and the tables at SCALE, the verdicts' presets at VERDICT_SCALE, the
-# controls, table1 and table2 at both), then results/README.md: one row per claim of the seed papers, with its
+# controls, table1, table2 and fig5 at both), then results/README.md: one row per claim of the seed papers, with its
 # verdict (analysis/reports/verdict_page.py; with PUBLISH=1 or RESULTS=results the committed page).
 report: report-check controls demo table1 table2 figures losp overlap-straggler pseudo-sync pseudo-sync-speed overlap-sync ## Every preset (controls first), then the verdicts page $(OUT)/results/README.md (PUBLISH=1: results/README.md)
 	$(call VSWEEP,controls,$(SCALE))
 	$(call VSWEEP,table1,$(VERDICT_SCALE))
 	$(call VSWEEP,table2,$(VERDICT_SCALE))
+	$(call VSWEEP,fig5,$(VERDICT_SCALE))
 	$(call SWEEP,low_comm)
 	$(PY) -m analysis.reports.verdict_page --results \
 		"$(if $(filter 1 yes true,$(PUBLISH)),results,$(if $(RESULTS),$(RESULTS),$(OUT)/results))"

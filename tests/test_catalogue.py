@@ -2237,6 +2237,7 @@ add(
             "table2@fmnist",
             "fig4",
             "fig5",
+            "fig5@fmnist",
             "losp@fmnist",
             "pseudo_sync",
         ),

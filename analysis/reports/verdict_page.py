@@ -259,8 +259,8 @@ COMMANDS = {
     "overlap_sync": "make overlap-sync",
     "table1": "make table1",
     "table2": "make table2",
-    "fig4": "make figures",
-    "fig5": "make figures",
+    "fig4": "make fig4",
+    "fig5": "make fig5",
     "low_comm": "make report",
     "demo": "make demo",
 }
