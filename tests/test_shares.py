@@ -140,7 +140,7 @@ def test_a_stop_waits_for_the_checkpoint_and_a_second_stop_ends_it_at_once(tmp_p
     from experiments import sweep
 
     monkeypatch.setattr(sweep, "GRACE_S", 1000.0)  # only a second stop can end the second child
-    monkeypatch.setattr(sweep, "AGAIN_GRACE_S", 0.2)
+    monkeypatch.setattr(sweep, "AGAIN_GRACE_S", 1.0)
 
     def stops_later(*delays: float) -> None:
         for delay in delays:
@@ -148,7 +148,6 @@ def test_a_stop_waits_for_the_checkpoint_and_a_second_stop_ends_it_at_once(tmp_p
 
     def child(body: str) -> list[str]:
         ready = tmp_path / "ready"
-        ready.unlink(missing_ok=True)
         code = (
             f"import os, signal, time, pathlib\nlog = pathlib.Path({str(tmp_path / 'log')!r})\n"
             f"{body}\npathlib.Path({str(ready)!r}).write_text(str(os.getpid()))\n"
@@ -157,6 +156,8 @@ def test_a_stop_waits_for_the_checkpoint_and_a_second_stop_ends_it_at_once(tmp_p
         return [sys.executable, "-c", code]
 
     def when_ready(then) -> None:  # the child's handler is in place before the first stop
+        (tmp_path / "ready").unlink(missing_ok=True)  # (the previous child's)
+
         def wait():
             while not (tmp_path / "ready").exists():
                 threading.Event().wait(0.02)
