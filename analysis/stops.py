@@ -148,7 +148,7 @@ def run_sweep(cmd: list[str]) -> int:
     from experiments.sweep import Stop, run_children
 
     try:
-        return run_children([cmd], ctrl_c_as=signal.SIGTERM)[0]
+        return run_children([cmd], ctrl_c_as=signal.SIGTERM, say_wait=False)[0]  # it says it
     except Stop as stop:
         if stop.signum == signal.SIGINT:
             raise KeyboardInterrupt from None

@@ -111,10 +111,13 @@ def run_child(command: list[str]) -> int:
     return run_children([command])[0]
 
 
-def run_children(commands: list[list[str]], ctrl_c_as: int = signal.SIGINT) -> list[int]:
+def run_children(
+    commands: list[list[str]], ctrl_c_as: int = signal.SIGINT, say_wait: bool = True
+) -> list[int]:
     """`run_child` for several commands at once (`--jobs`): each in a process group of its own,
     every stop passed on to each (Ctrl-C as `ctrl_c_as`), their groups killed GRACE_S after the
-    first stop or AGAIN_GRACE_S after a second; their exit codes once all ended, or `Stop` after
+    first stop or AGAIN_GRACE_S after a second (`say_wait`: said at the first stop; off where the
+    command is itself a sweep that says it); their exit codes once all ended, or `Stop` after
     a stop. The handlers are in place before the first child starts: a stop between a start and
     them would end this process with the child still running (issue 50)."""
     stops: list[tuple[int, float]] = []  # (signal, when)
@@ -140,14 +143,15 @@ def run_children(commands: list[list[str]], ctrl_c_as: int = signal.SIGINT) -> l
             children.append(child)
             if stops:  # came while it started: passed on now
                 child.send_signal(passed(stops[0][0]))
-        told = False
+        told = not say_wait
         while any(child.poll() is None for child in children):
             time.sleep(0.25)  # (a blocking wait would not see a stop)
             if stops and not told:
                 told = True
                 print(
                     f"the sweep: waiting for the running command to checkpoint and stop (at "
-                    f"most {GRACE_S:.0f} s, then it is killed); a second stop ends it at once",
+                    f"most {GRACE_S:.0f} s, then it is killed); a second stop ends it within "
+                    f"{AGAIN_GRACE_S:.0f} s",
                     file=sys.stderr,
                     flush=True,
                 )
