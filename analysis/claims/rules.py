@@ -443,8 +443,14 @@ def _target_times(cell: Cell, method: str) -> tuple[Side, Side, int, int]:
     hit = mine["reached"].astype(bool)
     reached = mine[hit & mine["time_to_target"].notna()]
     missed = mine[~hit]
-    times = Side.of(reached["time_to_target"], method, seeds=_seeds(reached))
-    bounds = Side.of(missed["train_s"], method, seeds=_seeds(missed))
+    # the convergence rule for times to an accuracy (docs/statistics.md "Convergence"): the
+    # method's runs flagged not converged, carried by both parts so that `compare` gates on them
+    # (not on a time budget: there every claim compares what the runs reach in the same time)
+    timed = bool(len(mine)) and bool(mine["time_budget"].all())
+    flags = None if timed or "converged" not in mine else mine["converged"].dropna().astype(bool)
+    gated = {} if flags is None else {"unconverged": int((~flags).sum()), "runs": len(flags)}
+    times = Side.of(reached["time_to_target"], method, seeds=_seeds(reached), **gated)
+    bounds = Side.of(missed["train_s"], method, seeds=_seeds(missed), **gated)
     return times, bounds, int((~hit).sum()), len(mine)
 
 
@@ -457,7 +463,10 @@ def _joined(*sides: Side) -> Side:
     """Sides of one method joined, their seeds kept (None if any side has none)."""
     values = np.concatenate([np.asarray(s, float) for s in sides])
     seeds = None if any(s.seeds is None for s in sides) else sum((s.seeds for s in sides), ())
-    return Side.of(values, sides[0].method, seeds=seeds, column="time_to_target")
+    first = sides[0]  # (every part carries the method's convergence flags)
+    return Side.of(
+        values, first.method, first.unconverged, first.runs, seeds, column="time_to_target"
+    )
 
 
 def _missed_note(missed: int, runs: int) -> str:
