@@ -117,17 +117,21 @@ def _centre_evaluation(rank: int, world_size: int) -> dict:
     batches = fixed_batches(train, batch_size=8, num_batches=3)
     buffers_before = [b.clone() for b in model.buffers()]
     cpu = torch.device("cpu")
-    fresh = evaluate(model, algo.eval_model(), comm, full, shard, cpu, D, bn_batches=batches)
-    stale = evaluate(model, algo.eval_model(), comm, full, shard, cpu, D)
+    fresh = evaluate(model, algo.eval_model(), comm, shard, cpu, D, bn_batches=batches)
+    stale = evaluate(model, algo.eval_model(), comm, shard, cpu, D)
+    full_counts = loss_and_correct(model, full, cpu, D)
+    last = evaluate(model, algo.eval_model(), comm, shard, cpu, D, local_counts=full_counts)
     untouched = all(torch.equal(a, b) for a, b in zip(buffers_before, model.buffers(), strict=True))
     centre = algo.eval_model()
     recompute_bn_(centre, batches, cpu, D)
     return {
         "fresh": fresh,
         "stale": stale,
+        "last": last,
         "centre_state": copy.deepcopy(centre.state_dict()),
         "own_buffers_untouched": untouched,
-        "local_counts": loss_and_correct(model, full, cpu, D),
+        "shard_counts": loss_and_correct(model, shard, cpu, D),
+        "full_counts": full_counts,
     }
 
 
@@ -154,8 +158,15 @@ def test_centre_is_evaluated_with_statistics_recomputed_on_it():
         assert r["fresh"]["test/loss"] != pytest.approx(r["stale"]["test/loss"], abs=1e-6)
         assert r["fresh"]["test/acc_local"] == r["stale"]["test/acc_local"]
         assert r["own_buffers_untouched"]  # the training model's BN buffers are not touched
-    acc_local = sum(r["local_counts"][1] / r["local_counts"][2] for r in results) / 2
-    assert results[0]["fresh"]["test/acc_local"] == pytest.approx(acc_local, abs=1e-12)
+    # before the last evaluation: each local model on its own shard, the counts pooled
+    correct = sum(r["shard_counts"][1] for r in results)
+    count = sum(r["shard_counts"][2] for r in results)
+    assert count == len(_test_data())  # the shards cover the test set once
+    assert results[0]["fresh"]["test/acc_local"] == pytest.approx(correct / count, abs=1e-12)
+    # the last: each local model on the whole test set, the accuracies averaged
+    acc_local = sum(r["full_counts"][1] / r["full_counts"][2] for r in results) / 2
+    assert results[0]["last"]["test/acc_local"] == pytest.approx(acc_local, abs=1e-12)
+    assert results[0]["last"]["test/acc_local"] != pytest.approx(correct / count, abs=1e-6)
 
 
 class _ScrambleAtFinish(LocalSGD):

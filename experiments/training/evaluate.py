@@ -3,10 +3,15 @@
 - consensus: a copy of the algorithm's `eval_model()` whose parameters AND floating-point
   buffers (BatchNorm running mean/var) are averaged over the workers; identical on every worker,
   so each evaluates a disjoint 1/m of the test set and the counts are summed.
-- local: each worker's own model (own BN statistics) on the whole test set; the accuracies are
-  averaged over workers (the reference code's per-rank number, algorithms.md section 9). The
-  last evaluation takes it before `finish()` (the loop passes `local_counts`), since `finish()`
-  replaces the local models by the consensus.
+- local: each worker's own model (own BN statistics). At the last evaluation on the whole test
+  set, the accuracies averaged over workers (the reference code's per-rank number, algorithms.md
+  section 9: `final/test_acc_local`); the loop takes it before `finish()` (it passes
+  `local_counts`), since `finish()` replaces the local models by the consensus. At the
+  evaluations before it, each worker's model on its own 1/m of the test set (the consensus's
+  shard) and the counts pooled: the same quantity's unbiased estimate from as many images as the
+  consensus's, at 1/m of the cost. Scoring all m models on the whole set every epoch made
+  evaluation most of a run's wall time at 8 workers (57% of a fig5 run at scale=fmnist, issue
+  48); the curve `test/acc_local` is drawn in figures only, no claim reads it.
 - fresh BatchNorm statistics: when the algorithm says its eval model's statistics were never
   computed on its weights (`Algorithm.eval_needs_fresh_bn`, e.g. EASGD's centre), each worker
   recomputes them on the same fixed `BN_BATCHES` batches of its own training shard
@@ -148,7 +153,6 @@ def evaluate(
     local_model: torch.nn.Module,
     eval_model: torch.nn.Module,
     comm: Comm,
-    test_full,
     test_shard,
     device: torch.device,
     dtype: torch.dtype,
@@ -161,7 +165,8 @@ def evaluate(
 
     bn_batches: recompute `eval_model`'s BatchNorm statistics on them first (on a copy).
     local_counts: `loss_and_correct(local_model, test_full)` taken earlier (the last evaluation
-    takes it before `finish()`); None: computed here.
+    takes it before `finish()`); None (the evaluations before the last): the local model on
+    `test_shard`, pooled over the workers (module docstring).
     counts: what computes `loss_and_correct` (the in-process workers' batched evaluation,
     experiments/workers/batched.py); None: `loss_and_correct`.
     """
@@ -169,13 +174,18 @@ def evaluate(
     consensus = consensus_copy(eval_model, comm, bn_batches, device, dtype)
     c_loss, c_correct, c_count = comm.sum_scalars(counts(consensus, test_shard, device, dtype))
     if local_counts is None:
-        local_counts = counts(local_model, test_full, device, dtype)
-    l_loss, l_correct, l_count = local_counts
-    m = comm.world_size
-    acc_local_sum, loss_local_sum = comm.sum_scalars([l_correct / l_count, l_loss / l_count])
+        l_loss, l_correct, l_count = comm.sum_scalars(
+            counts(local_model, test_shard, device, dtype)
+        )
+        acc_local, loss_local = l_correct / l_count, l_loss / l_count
+    else:
+        l_loss, l_correct, l_count = local_counts
+        m = comm.world_size
+        acc_sum, loss_sum = comm.sum_scalars([l_correct / l_count, l_loss / l_count])
+        acc_local, loss_local = acc_sum / m, loss_sum / m
     return {
         "test/loss": c_loss / c_count,
         "test/acc": c_correct / c_count,
-        "test/acc_local": acc_local_sum / m,
-        "test/loss_local": loss_local_sum / m,
+        "test/acc_local": acc_local,
+        "test/loss_local": loss_local,
     }

@@ -394,7 +394,6 @@ def train(
                 model,
                 algo.eval_model(),
                 comm,
-                test_full,
                 test_shard,
                 device,
                 settings.dtype,
