@@ -209,6 +209,7 @@ report-check: $(STAMP)
 	$(call PUBLISH_CHECK,table2)
 	$(call PUBLISH_CHECK,table2,$(VERDICT_SCALE))
 	$(call PUBLISH_CHECK,fig4)
+	$(call PUBLISH_CHECK,fig4,$(VERDICT_SCALE))
 	$(call PUBLISH_CHECK,fig5)
 	$(call PUBLISH_CHECK,fig5,$(VERDICT_SCALE))
 	$(call PUBLISH_CHECK,low_comm)
@@ -219,12 +220,13 @@ report-check: $(STAMP)
 	$(call PUBLISH_CHECK,overlap_sync,$(VERDICT_SCALE))
 
 # Every committed result (the demo and the tables at SCALE, the verdicts' presets at VERDICT_SCALE, the
-# controls, table1, table2 and fig5 at both), then results/README.md: one row per claim of the seed papers, with its
+# controls, table1, table2, fig4 and fig5 at both), then results/README.md: one row per claim of the seed papers, with its
 # verdict (analysis/reports/verdict_page.py; with PUBLISH=1 or RESULTS=results the committed page).
 report: report-check controls demo table1 table2 figures losp overlap-straggler pseudo-sync pseudo-sync-speed overlap-sync ## Every preset (controls first), then the verdicts page $(OUT)/results/README.md (PUBLISH=1: results/README.md)
 	$(call VSWEEP,controls,$(SCALE))
 	$(call VSWEEP,table1,$(VERDICT_SCALE))
 	$(call VSWEEP,table2,$(VERDICT_SCALE))
+	$(call VSWEEP,fig4,$(VERDICT_SCALE))
 	$(call VSWEEP,fig5,$(VERDICT_SCALE))
 	$(call SWEEP,low_comm)
 	$(PY) -m analysis.reports.verdict_page --results \

@@ -2236,6 +2236,7 @@ add(
             "table2@cpu",
             "table2@fmnist",
             "fig4",
+            "fig4@fmnist",
             "fig5",
             "fig5@fmnist",
             "losp@fmnist",
