@@ -443,14 +443,11 @@ def _target_times(cell: Cell, method: str) -> tuple[Side, Side, int, int]:
     hit = mine["reached"].astype(bool)
     reached = mine[hit & mine["time_to_target"].notna()]
     missed = mine[~hit]
-    # the convergence rule for times to an accuracy (docs/statistics.md "Convergence"): the
-    # method's runs flagged not converged, carried by both parts so that `compare` gates on them
-    # (not on a time budget: there every claim compares what the runs reach in the same time)
-    timed = bool(len(mine)) and bool(mine["time_budget"].all())
-    flags = None if timed or "converged" not in mine else mine["converged"].dropna().astype(bool)
-    gated = {} if flags is None else {"unconverged": int((~flags).sum()), "runs": len(flags)}
-    times = Side.of(reached["time_to_target"], method, seeds=_seeds(reached), **gated)
-    bounds = Side.of(missed["train_s"], method, seeds=_seeds(missed), **gated)
+    # the convergence rule for times to an accuracy (docs/statistics.md "Convergence"), as
+    # `Cell.values` applies it: carried by both parts so that `compare` gates on them
+    unconverged, runs = cell.flagged(method, "time_to_target") or (0, 0)
+    times = Side.of(reached["time_to_target"], method, unconverged, runs, _seeds(reached))
+    bounds = Side.of(missed["train_s"], method, unconverged, runs, _seeds(missed))
     return times, bounds, int((~hit).sum()), len(mine)
 
 

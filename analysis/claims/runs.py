@@ -218,12 +218,19 @@ class Cell:
         known = mine[mine[column].notna()]
         values, seeds = known[column].to_numpy(float), known["seed"].to_numpy(float)
         seeds = None if np.isnan(seeds).any() else seeds
+        unconverged, runs = self.flagged(method, column, at_budget) or (0, 0)
+        return Side.of(values, method, unconverged, runs, seeds, column)
+
+    def flagged(self, method: str, column: str, at_budget: bool = False) -> tuple[int, int] | None:
+        """(runs flagged not converged, runs with a flag) of the method, where the rule binds
+        `column` to convergence (`values`); None where no flag counts."""
+        mine = self.runs[self.runs["method"] == method]
         # on a time budget every claim is at a budget: what the runs reach in the same time
         timed = bool(len(mine)) and bool(mine["time_budget"].all())
         if column not in CONVERGENCE_BOUND or at_budget or timed:
-            return Side.of(values, method, seeds=seeds, column=column)
+            return None
         flags = mine["converged"].dropna().astype(bool)
-        return Side.of(values, method, int((~flags).sum()), len(flags), seeds, column)
+        return int((~flags).sum()), len(flags)
 
     def diverged(self, method: str) -> tuple[int, int]:
         """(diverged runs, runs) of a method here."""
