@@ -532,8 +532,8 @@ def _lockstep_rows(
         f"beyond its runs' measured training it cost {wall - trained:.0f} s, "
         f"{(wall - trained) / max(len(runs), 1):.2f} s a point: start-up and composition once, "
         "then per point its pre-flight check, records and evaluation set-up, and per "
-        "lock-step its threads, stacked replicas and one calibration; OSP and LOSP (no "
-        "lock-step) run one seed at a time. A figure above 1 means seeds in lock-step trained "
+        "lock-step its threads, stacked replicas and one calibration; OSP and LOSP in "
+        "lock-step rank by rank. A figure above 1 means seeds in lock-step trained "
         "faster together than each would alone."
     )
     return m.runs_together

@@ -128,6 +128,7 @@ def run_lockstep(points: list[tuple[DictConfig, Path, dict[str, str]]]) -> list[
     outcomes: list[dict[str, Any] | None] = [None] * len(points)
     # (index, typed job, its record, dir, data)
     ready: list[tuple[int, Config, dict[str, Any], Path, Any]] = []
+    starts: list[int] = []  # each ready one's first step (a resumed run's checkpoint step)
     locks: list[tuple[RunLock, Path]] = []
 
     def failed(i: int, run_dir: Path, error: BaseException) -> None:
@@ -169,13 +170,15 @@ def run_lockstep(points: list[tuple[DictConfig, Path, dict[str, str]]]) -> list[
                 _start_record(job, plain, run_dir, ident, files, meta, card)
                 started = True
                 ready.append((i, job, plain, run_dir, bundle))
+                starts.append(0 if meta is None else int(meta["step"]))
             except Exception as e:
                 failed(i, run_dir, _ended(run_dir, e, started))
         stop: BaseException | None = None  # an interruption or Ctrl-C: every run's
         if ready:
-            print(f"lockstep: {len(ready)} seeds of one config in one batched pass", flush=True)
+            how = "rank by rank" if sim.by_rank(ready[0][2]) else "in one batched pass"
+            print(f"lockstep: {len(ready)} seeds of one config {how}", flush=True)
             with late_stops_ignored():
-                results = sim.run_lockstep([r[2:] for r in ready], train_worker)
+                results = sim.run_lockstep([r[2:] for r in ready], train_worker, starts)
             for (i, job, _, run_dir, _), result in zip(ready, results, strict=True):
                 try:
                     if isinstance(result, BaseException):

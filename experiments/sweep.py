@@ -182,7 +182,7 @@ def shares(command: list[str], jobs: int, overrides: list[str]) -> list[list[str
     hydra_plugins/commsgd_sweeper, `hydra.sweeper.shard`), with the cores divided among them
     (`threads_per_worker`, unless the overrides set it). Why: two processes of one thread each
     keep both cores busy where one process's two OpenMP threads wait for each other when the
-    cores are shared, and OSP/LOSP, whose seeds cannot train in lock-step, run two at a time
+    cores are shared, and runs whose seeds cannot train in lock-step run two at a time
     (docs/cluster.md, "Sweeps in parallel", the measurements)."""
     if jobs == 1:
         return [command]

@@ -103,10 +103,24 @@ def train(runs: list[tuple[dict, Path]], worker=None) -> list:
     return sim.run_lockstep([(c, d, bundle) for c, d in runs], worker or train_worker)
 
 
-def test_every_algorithm_but_osp_and_losp_computes_in_lockstep():
-    names = lockstep_algorithms()
+def test_every_algorithm_computes_in_lockstep_osp_and_losp_rank_by_rank_where_speeds_are_fixed():
+    """OSP and LOSP (collectives at rank-dependent steps) train seeds in lock-step rank by rank
+    (sim.by_rank), and only where no modeled speed is drawn from the seed: their windows follow
+    the clocks, which must then be the same for every seed."""
+    from experiments.workers import sim
+
+    names = lockstep_algorithms()  # config(): stragglers drawn from the seed
     assert "osp" not in names and "losp" not in names
     assert len(names) == len(algorithms.REGISTRY) - 2, names
+    for name in ("osp", "losp"):
+        fixed = config(f"algorithm={name}", "compute.straggler_prob=0")
+        assert sim.lockstep(fixed) and sim.by_rank(fixed)
+        assert not sim.by_rank(config(f"algorithm={name}", "compute.slowdown=lognormal"))
+        assert not sim.by_rank(config(f"algorithm={name}", "compute.straggler_prob=0", *ALONE))
+    assert not sim.by_rank(config("algorithm=local_sgd", "compute.straggler_prob=0"))
+
+
+ALONE = ("cluster.lockstep_seeds=1",)  # a run that never trains among other seeds
 
 
 @pytest.mark.parametrize("dtype", ["float64", "float32"])
@@ -149,6 +163,98 @@ def test_on_a_time_budget_seeds_with_the_same_clocks_train_in_lockstep(tmp_path,
     together, by_itself = record(tmp_path / "s2"), record(tmp_path / "alone")
     assert together[0]["status"] == "completed" and together[0]["budget/points"] > 2
     assert together == by_itself
+
+
+RANKED = [
+    pytest.param("osp", "float64", (), id="osp-float64"),
+    pytest.param("losp", "float32", (), id="losp-float32"),
+    pytest.param("osp", "float64", ("budget=time", "compute.slowdown=one_slow"), id="osp-time"),
+    pytest.param("losp", "float64", ("budget=time", "compute.slowdown=one_slow"), id="losp-time"),
+]
+
+
+@pytest.mark.parametrize("name, dtype, over", RANKED)
+def test_osp_and_losp_seeds_rank_by_rank_write_the_records_they_write_alone(
+    tmp_path, name, dtype, over
+):
+    """Seeds 1 and 2 rank by rank (a batched pass per rank over both seeds' replicas; the
+    workers 1.5x and 3x slower, their overlap windows on the clock), then seed 2 alone: equal
+    records, bit for bit in float64, on a steps and on a time budget."""
+    seeds = {
+        s: config(f"algorithm={name}", f"dtype={dtype}", f"seed={s}", "compute.straggler_prob=0",
+                  *over)
+        for s in (1, 2)
+    }  # fmt: skip
+    assert train([(seeds[1], tmp_path / "s1"), (seeds[2], tmp_path / "s2")]) == [False, False]
+    assert train([(seeds[2], tmp_path / "alone")]) == [False]
+    together, by_itself = record(tmp_path / "s2"), record(tmp_path / "alone")
+    assert together[0]["status"] == "completed"
+    if over:  # on the time budget: scored at points of the clock, the same for both seeds
+        assert together[0]["budget/points"] > 2
+    else:  # the slow workers' pushes arrive late: the fast workers' windows have steps
+        windows = [r["algo/window_steps"] for r in together[1] if "algo/window_steps" in r]
+        assert max(windows) > 0, windows
+    if dtype == "float64":
+        assert together == by_itself
+    else:
+        assert_close(together, by_itself, FLOAT32_RTOL)
+        assert together[0]["platform"]["layout"] == "channels_last"
+    assert record(tmp_path / "s1")[1][0]["train/loss"] != together[1][0]["train/loss"]
+
+
+def test_seeds_rank_by_rank_that_start_at_different_steps_train_in_waves(tmp_path):
+    """Seeds resumed from different steps cannot share a pass rank by rank (their ranks' passes
+    would not line up): each starting step is a wave of its own, and every seed still writes
+    the record it writes alone."""
+    from experiments.data.datasets import load_dataset
+    from experiments.worker import train_worker
+    from experiments.workers import sim
+
+    cfgs = {s: config("algorithm=osp", "dtype=float64", f"seed={s}", "compute.straggler_prob=0")
+            for s in (0, 1, 2)}  # fmt: skip
+    bundle = load_dataset(cfgs[0]["dataset"])
+    seen: dict[int, set[int]] = {}
+
+    def worker(cfg, run_dir, worker_id, backend, data, stopper, group, device, **kw):
+        seen.setdefault(cfg["seed"], set()).add(kw["batched"].m)  # replicas in its passes
+        return train_worker(cfg, run_dir, worker_id, backend, data, stopper, group, device, **kw)
+
+    runs = []
+    for s in (0, 1, 2):
+        (tmp_path / f"s{s}").mkdir()
+        runs.append((cfgs[s], tmp_path / f"s{s}", bundle))
+    assert sim.run_lockstep(runs, worker, starts=[0, 4, 0]) == [False] * 3
+    assert seen == {0: {2}, 1: {1}, 2: {2}}  # seeds 0 and 2 together, seed 1 in a wave alone
+    train([(cfgs[1], tmp_path / "alone")])
+    assert record(tmp_path / "s1") == record(tmp_path / "alone")
+
+
+def test_osp_seeds_rank_by_rank_stopped_and_resumed_write_the_record_of_a_run_alone(tmp_path):
+    """A stop (simulated at step 5) checkpoints both seeds at one step; the rerun resumes them
+    rank by rank from there, and each ends with the metrics and summary of
+    the same seed run alone without a stop, bit for bit in float64."""
+    from experiments.data.datasets import load_dataset
+    from experiments.store.checkpoint import read_meta
+    from experiments.worker import train_worker
+    from experiments.workers import sim
+
+    over = ("algorithm=losp", "dtype=float64", "compute.straggler_prob=0", "checkpoint_every=100")
+    cut = {s: config(*over, f"seed={s}", "checkpoint.simulate_signal_at_step=5") for s in (1, 2)}
+    bundle = load_dataset(cut[1]["dataset"])
+    runs = [(cut[s], tmp_path / f"s{s}", bundle) for s in (1, 2)]
+    for _, run_dir, _ in runs:
+        run_dir.mkdir()
+    assert sim.run_lockstep(runs, train_worker) == [False, False]
+    for _, run_dir, _ in runs:  # (the runner, not this test, records the status)
+        assert "checkpoint saved" in record(run_dir)[0]["error"]
+    starts = [read_meta(d)["step"] for _, d, _ in runs]
+    assert starts[0] == starts[1] >= 5, starts
+    assert sim.run_lockstep(runs, train_worker, starts=starts) == [False, False]
+    train([(config(*over, "seed=2"), tmp_path / "alone")])
+    (resumed, rows), (alone, alone_rows) = record(tmp_path / "s2"), record(tmp_path / "alone")
+    assert resumed["status"] == "completed" and rows == alone_rows
+    for key in ("final/test_acc", "steps", "time/train_s", "comm/bytes", "algo/window_steps"):
+        assert resumed.get(key) == alone.get(key), key
 
 
 class FailingSteps:
@@ -239,15 +345,17 @@ def test_a_sweep_runs_its_seeds_in_lockstep_and_says_which_algorithms_cannot(tmp
         "wandb.mode=disabled",
         "progress=false",
         "algorithm=local_sgd,osp",
+        "compute.slowdown=none,lognormal",  # osp's windows follow speeds drawn from the seed
         "seed=0,1,2",
         f"out_root={out}",
     )
     assert done.returncode == 0, done.stderr
     said = done.stdout
-    assert said.count("lockstep: 3 seeds of one config in one batched pass") == 1, said
+    assert said.count("lockstep: 3 seeds of one config in one batched pass") == 2, said
+    assert said.count("lockstep: 3 seeds of one config rank by rank") == 1, said
     assert said.count("lockstep: osp cannot train seeds in lock-step") == 1, said
     summaries = {
         p.parent.name: json.loads(p.read_text()) for p in (out / "runs").glob("*/summary.json")
     }
-    assert sorted(s["status"] for s in summaries.values()) == ["completed"] * 6
-    assert sorted(n.split("-")[0] for n in summaries) == ["local_sgd"] * 3 + ["osp"] * 3
+    assert sorted(s["status"] for s in summaries.values()) == ["completed"] * 12
+    assert sorted(n.split("-")[0] for n in summaries) == ["local_sgd"] * 6 + ["osp"] * 6

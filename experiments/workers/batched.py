@@ -34,7 +34,9 @@ whose collectives start at the same loop step on every worker: the ones with
 wait, inside a step, for a peer's later push, which a lock-step pass would never let it reach:
 they are refused with cluster.batched=true (a one-line error before the run starts), and
 `auto` (the default) runs them with a thread per worker, as it does where batching does not
-pay (AUTO_MIN_WORKERS_CPU).
+pay (AUTO_MIN_WORKERS_CPU). Their seeds in lock-step batch rank by rank instead: one
+`BatchedSteps` per rank over that rank's S replicas, one worker per run (`block=1`,
+experiments/workers/sim.py `by_rank`).
 
 Numbers: the same update rules on the same data; the batched kernels sum in another order than
 the per-replica ones, so values agree to rounding, not bit for bit (float64: ~1e-15 per step,

@@ -37,9 +37,10 @@ its thread but computes the m forward and backward passes as one pass over stack
 grouped kernel per operator), and the m SGD steps as one update of the stacked tensors: ~0.65 at
 m = 16 on this CPU (0.5 with the m optimizer steps one per worker; the data loaders and hooks,
 still one per worker, are most of the rest), ~0.7 at m = 4, where the threads' two cores do
-better. It needs the workers in lock-step, so OSP and LOSP (collectives at rank-dependent steps)
-run with threads only. On a GPU, where m threads would queue m small kernels per operator
-through one interpreter, batched is the way to run the papers' 16 workers.
+better. It needs the workers in lock-step, so a run of OSP or LOSP (collectives at
+rank-dependent steps) batches nothing within itself; their seeds train rank by rank (below).
+On a GPU, where m threads would queue m small kernels per operator through one interpreter,
+batched is the way to run the papers' 16 workers.
 `cluster.batched=auto` (the default) therefore batches on a GPU and, on a CPU, from
 AUTO_MIN_WORKERS_CPU workers, where the algorithm allows it, and whenever seeds may train in
 lock-step (`cluster.lockstep_seeds` > 1, the default), so that a seed run alone computes what it
@@ -57,6 +58,13 @@ fails leaves the pass (`BatchedSteps.leave`); the others go on, their records in
 the cpu scale a run's step is mostly per-operator overhead, so S runs in one pass cost far less
 than S runs (measured: 8 seeds of the demo config in ~2.7x the wall time of one,
 benchmarks/RESULTS-quick.md).
+
+OSP and LOSP, whose ranks do not step together, train seeds in lock-step rank by rank (`by_rank`):
+one batched pass per rank over that rank's S replicas, the m ranks' passes apart. It holds where
+the runs' clocks are the same for every seed (no modeled speed drawn from the seed), so that
+rank r of every seed pushes, waits and evaluates at the same steps; seeds resumed from
+different steps train in waves. Measured (fmnist, 4 OSP seeds of the losp preset, 2 epochs, on
+2 cores shared with two training processes): 78 s rank by rank against 110 s one at a time.
 """
 
 from __future__ import annotations
@@ -132,9 +140,10 @@ def load_cuda_linalg(device: torch.device) -> None:
 
 
 def lockstep(cfg: dict[str, Any], device: torch.device | None = None) -> bool:
-    """Whether the runs of `cfg` and of its other seeds can train in lock-step, one batched
-    pass for all (`run_lockstep`): the workers' batched passes are wanted (batched.py), which
-    needs an algorithm whose workers compute every step together."""
+    """Whether the runs of `cfg` and of its other seeds can train in lock-step (`run_lockstep`):
+    for an algorithm whose workers compute every step together, one batched pass for all where
+    the workers' batched passes are wanted (batched.py); for one whose collectives start at
+    rank-dependent steps (OSP, LOSP), rank by rank (`by_rank`)."""
     from algorithms import REGISTRY
     from experiments.workers.batched import wanted
 
@@ -144,7 +153,33 @@ def lockstep(cfg: dict[str, Any], device: torch.device | None = None) -> bool:
         # on a time budget a run stops, and scores its points, at the steps its clocks say
         # (experiments/training/budget.py): seeds whose clocks differ cannot share one pass
         return False
-    return wanted(cfg, REGISTRY[cfg["algorithm"]["name"]], device or device_of(cfg))
+    algorithm = REGISTRY[cfg["algorithm"]["name"]]
+    if not algorithm.checkpoint_anywhere:
+        return by_rank(cfg)
+    return wanted(cfg, algorithm, device or device_of(cfg))
+
+
+def by_rank(cfg: dict[str, Any]) -> bool:
+    """Whether seeds of `cfg`, an algorithm whose collectives start at rank-dependent steps
+    (OSP, LOSP: `checkpoint_anywhere` false), train in lock-step rank by rank: worker r of
+    every seed in one batched pass (a `BatchedSteps` per rank, `run_lockstep`), the m ranks'
+    passes apart. Its workers do not step together, but each rank's steps, pushes, waits and
+    evaluations follow the run's clocks, which are the same for every seed where the modeled
+    speeds are not drawn from the seed (`speeds_vary_by_seed`): rank r of every seed then makes
+    the same calls in the same order, and a pass of rank r never waits for a step that another
+    seed's rank r makes later. Asked for by `cluster.batched=auto` with `cluster.lockstep_seeds`
+    > 1 (a seed alone then computes rank by rank too, as among the others); a run's numbers are
+    those of the seed alone (float64 bit for bit: tests/test_lockstep.py)."""
+    from algorithms import REGISTRY
+    from experiments.workers.options import choice, lockstep_seeds
+
+    if REGISTRY[cfg["algorithm"]["name"]].checkpoint_anywhere or not cfg["cluster"].get(
+        "in_process"
+    ):
+        return False
+    if choice(cfg) != "auto" or lockstep_seeds(cfg) < 2 or cfg["workers"] < 2:
+        return False
+    return not speeds_vary_by_seed(cfg)
 
 
 def speeds_vary_by_seed(cfg: dict[str, Any]) -> bool:
@@ -156,16 +191,20 @@ def speeds_vary_by_seed(cfg: dict[str, Any]) -> bool:
 
 
 def run_lockstep(
-    runs: list[tuple[dict[str, Any], Path, Any]], train_worker: Callable
+    runs: list[tuple[dict[str, Any], Path, Any]],
+    train_worker: Callable,
+    starts: list[int] | None = None,
 ) -> list[bool | BaseException]:
     """Train S runs of one config that differ only in their seed, S x m worker threads, their
     forward and backward passes (and SGD steps) one batched pass over S x m stacked replicas
-    (`BatchedSteps` with a block per run; `runs`: each one's config, directory and data):
-    each run with its own collectives, stop requests,
-    data, random streams, clock and records, its numbers bit for bit those of the run alone
-    (batched.py). With one run, the run as `run` trains it. Returns per run whether a Ctrl-C
-    came, or the error that ended it (`WorkerFailed`, `Cancelled`); a run that fails or
-    diverges leaves the batched pass, the others go on."""
+    (`BatchedSteps` with a block per run), or, for OSP and LOSP (`by_rank`), m passes, one per
+    rank, each over that rank's S replicas (`runs`: each one's config, directory and data;
+    `starts`: each one's first step, a resumed run's checkpoint step; seeds trained rank by
+    rank that start at different steps train in waves): each run with its own collectives,
+    stop requests, data, random streams, clock and records, its numbers bit for bit those of
+    the run alone (batched.py). With one run, the run as `run` trains it. Returns per run
+    whether a Ctrl-C came, or the error that ended it (`WorkerFailed`, `Cancelled`); a run that
+    fails or diverges leaves the batched passes, the others go on."""
     from experiments.store.checkpoint import STOP_SIGNALS, Stopper
     from experiments.workers.dist import CONTROL_TIMEOUT_S, Worker
     from experiments.workers.startup import defer_dynamo
@@ -178,12 +217,8 @@ def run_lockstep(
     timeout = float(first["dist_timeout_s"])
     if any(cfg["workers"] != m for cfg, _, _ in runs):
         raise ValueError("runs in lock-step have the same number of workers")
-    batched = None
-    if lockstep(first, device):  # workers/batched.py
-        from experiments.workers.batched import BatchedSteps
-
-        batched = BatchedSteps(m * len(runs), timeout, block=m)
-    elif len(runs) > 1:
+    ranked = by_rank(first)
+    if not lockstep(first, device) and len(runs) > 1:
         raise ValueError("these runs cannot train in lock-step (sim.lockstep)")
 
     class Seed:
@@ -209,6 +244,9 @@ def run_lockstep(
                 for r in range(m)
             ]
             self.failures: list[tuple[int, BaseException, str]] = []
+            # the batched passes worker r takes part in (`passes[r]`) and its row there
+            self.passes: list[Any] = [None] * m
+            self.rows: list[int | None] = [None] * m
 
             self.threads: list[threading.Thread] = []
 
@@ -219,19 +257,43 @@ def run_lockstep(
         def give_up(self) -> None:
             """Its threads still alive after the grace: the other runs' passes go on
             without them (a run alone has no other)."""
-            if batched is not None:
-                for r in range(m):
-                    batched.leave(self.index * m + r)
+            for steps, row in zip(self.passes, self.rows, strict=True):
+                if steps is not None:
+                    steps.leave(row)
 
     seeds = [Seed(i, *run) for i, run in enumerate(runs)]
+    waves = [seeds]  # the seeds whose threads start together
+    if lockstep(first, device):  # workers/batched.py
+        from experiments.workers.batched import BatchedSteps
+
+        if ranked:
+            # Rank by rank, the seeds of one pass start at one step: a stop can leave them
+            # checkpointed at different evaluation points, where their ranks' passes would no
+            # longer line up (rank r's pass could wait for a step that another seed's rank r
+            # makes only after a collective with a rank that waits for ours). Such seeds
+            # train in waves, one per starting step, each seed still rank by rank.
+            keys = list(starts) if starts is not None else [0] * len(seeds)
+            waves = [[s for s in seeds if keys[s.index] == k] for k in dict.fromkeys(keys)]
+            for wave in waves:
+                per_rank = [BatchedSteps(len(wave), timeout, block=1) for _ in range(m)]
+                for row, seed in enumerate(wave):
+                    seed.passes, seed.rows = per_rank, [row] * m
+        else:
+            steps = BatchedSteps(m * len(seeds), timeout, block=m)
+            for seed in seeds:
+                seed.passes = [steps] * m
+                seed.rows = [seed.index * m + r for r in range(m)]
+    batched = seeds[0].passes[0]
     shared = SharedCalibration() if len(seeds) > 1 else None
     lock = threading.Lock()
 
     def abort_all(message: str, error: type[BaseException] = PeerFailed) -> None:
         for seed in seeds:
             seed.abort(message, error)
-        if batched is not None:  # workers waiting for a batched pass stop too
-            batched.abort(message, error)
+        # workers waiting for a batched pass stop too
+        every = {id(p): p for seed in seeds for p in seed.passes if p is not None}
+        for steps in every.values():
+            steps.abort(message, error)
 
     def worker(seed: Seed, rank: int) -> None:
         use(seed.groups[rank])  # a `Comm()` made in this thread talks to the other threads
@@ -247,8 +309,8 @@ def run_lockstep(
                 seed.stoppers[rank],
                 seed.groups[rank],
                 device,
-                batched=batched,
-                batched_rank=seed.index * m + rank,
+                batched=seed.passes[rank],
+                batched_rank=seed.rows[rank],
                 shared_calibration=None if shared is None else shared.for_run(seed.index),
                 # one progress line for the lock-step (the first seed's), not S interleaved
                 progress=None if seed.index == 0 else False,
@@ -260,8 +322,8 @@ def run_lockstep(
             if not isinstance(e, PeerFailed | KeyboardInterrupt):
                 seed.abort(f"rank {rank} failed: {type(e).__name__}: {e}")
         finally:
-            if batched is not None:  # the other runs' passes go on without this worker
-                batched.leave(seed.index * m + rank)
+            if seed.passes[rank] is not None:  # the other runs' passes go on without it
+                seed.passes[rank].leave(seed.rows[rank])
             if shared is not None and seed.index == 0:
                 shared.release()
             try:
@@ -301,14 +363,16 @@ def run_lockstep(
     if in_main and first["checkpoint"]["on_signal"]:
         previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
     threads_before = torch.get_num_threads()
-    # batched: one thread at a time runs the heavy pass (all m workers'), on every core
-    share = (os.cpu_count() or 1) // (1 if batched is not None else m)
+    # batched: one thread at a time runs the heavy pass (all m workers'), on every core; rank
+    # by rank, the m ranks' passes may run at once, as the threads of a run alone
+    share = (os.cpu_count() or 1) // (1 if batched is not None and not ranked else m)
     torch.set_num_threads(first.get("threads_per_worker") or max(1, share))
     try:
-        for seed in seeds:
-            for t in seed.threads:
-                t.start()
-        _join(seeds)
+        for wave in waves:
+            for seed in wave:
+                for t in seed.threads:
+                    t.start()
+            _join(wave)
     except KeyboardInterrupt:
         abort_all("the run was stopped by Ctrl-C", KeyboardInterrupt)
         _join(seeds, grace_s=GRACE_S)

@@ -311,8 +311,8 @@ class CommsgdSweeper(Sweeper):
         if refused:
             print(
                 f"lockstep: {', '.join(sorted(refused))} cannot train seeds in lock-step (its "
-                "workers' collectives start at rank-dependent steps, or cluster.batched=false): "
-                "one run per seed",
+                "workers' modeled speeds are drawn from the seed, on a time budget or with "
+                "collectives at rank-dependent steps, or cluster.batched=false): one run per seed",
                 flush=True,
             )
         for members in groups.values():
