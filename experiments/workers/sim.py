@@ -63,8 +63,8 @@ OSP and LOSP, whose ranks do not step together, train seeds in lock-step rank by
 one batched pass per rank over that rank's S replicas, the m ranks' passes apart. It holds where
 the runs' clocks are the same for every seed (no modeled speed drawn from the seed), so that
 rank r of every seed pushes, waits and evaluates at the same steps; seeds resumed from
-different steps train in waves. Measured (fmnist, 4 OSP seeds of the losp preset, 2 epochs, on
-2 cores shared with two training processes): 78 s rank by rank against 110 s one at a time.
+different steps train in waves. Measured (fmnist, 8 OSP seeds of the losp preset, 2 epochs, 2
+idle cores): 106.6 s rank by rank against 122.9 s one at a time (docs/cluster.md).
 """
 
 from __future__ import annotations
