@@ -13,7 +13,7 @@ import pytest
 from tests.cli import REPO
 from tests.session import once_a_session
 
-FAST = ("dataset=synthetic", "wandb.mode=disabled", "progress=false")
+FAST = ("dataset=synthetic", "compute.algo_time_s=0.001", "wandb.mode=disabled", "progress=false")
 
 
 @pytest.fixture(scope="session")
