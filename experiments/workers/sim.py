@@ -217,8 +217,8 @@ def run_lockstep(
     timeout = float(first["dist_timeout_s"])
     if any(cfg["workers"] != m for cfg, _, _ in runs):
         raise ValueError("runs in lock-step have the same number of workers")
-    ranked = by_rank(first)
-    if not lockstep(first, device) and len(runs) > 1:
+    together, ranked = lockstep(first, device), by_rank(first)
+    if not together and len(runs) > 1:
         raise ValueError("these runs cannot train in lock-step (sim.lockstep)")
 
     class Seed:
@@ -263,7 +263,7 @@ def run_lockstep(
 
     seeds = [Seed(i, *run) for i, run in enumerate(runs)]
     waves = [seeds]  # the seeds whose threads start together
-    if lockstep(first, device):  # workers/batched.py
+    if together:  # workers/batched.py
         from experiments.workers.batched import BatchedSteps
 
         if ranked:
