@@ -34,7 +34,9 @@ Per claim, `robustness.json` and `robustness.md` (under `<out-root>/robustness/r
 at every point, the points that test it (`tests`), and for a decisive one (holds, does not
 hold) `robust` (the same verdict at every point that tests it) and the points where it holds
 again. `--methods` changes only the methods named (the others keep their committed rates at
-every point; there is then no shared point). `--publish`
+every point; there is then no shared point, unless the named methods share one rate: then they
+also move together to each neighbour, which tests an identity such as the controls' OSP = LOSP
+with `--methods osp,losp`). `--publish`
 (`make robustness PUBLISH=1`) copies that folder, whole, to `<results>/<preset>/<scale>/
 robustness/`, where the verdicts page reads it; it needs a clean checkout and runs made from one.
 
@@ -137,19 +139,22 @@ def points(rates: Mapping[str, float], methods: Sequence[str] | None = None) -> 
     """The other rate sets to check: each of `methods` (default: every method) at its
     neighbouring grid rates, then, when every method may change, the shared rate; where the
     methods share one rate already, every method at each of its neighbours instead (the runs
-    of the per-method points: no more runs)."""
+    of the per-method points: no more runs). With `methods`, the same among them: where they
+    share one rate (OSP and LOSP in the controls, an identity's two names), they move together
+    too, the others keep theirs."""
     chosen = list(methods) if methods else sorted(rates)
     out = []
     for m in chosen:
         for scale, word in ((1 / FACTOR, "/"), (FACTOR, "x")):
             rate = float(f"{rates[m] * scale:.12g}")
             out.append(Point(f"{m} lr {rate:g} ({word}{FACTOR:g})", ((m, rate),)))
-    if not methods and len(rates) > 1 and len(set(rates.values())) == 1:
-        common = next(iter(rates.values()))
+    if len(chosen) > 1 and len({rates[m] for m in chosen}) == 1:
+        common = rates[chosen[0]]
+        who = "every method" if not methods else ", ".join(sorted(chosen))
         for scale, word in ((1 / FACTOR, "/"), (FACTOR, "x")):
             rate = float(f"{common * scale:.12g}")
-            both = tuple((m, rate) for m in sorted(rates))
-            out.append(Point(f"every method lr {rate:g} ({word}{FACTOR:g}), shared", both))
+            both = tuple((m, rate) for m in sorted(chosen))
+            out.append(Point(f"{who} lr {rate:g} ({word}{FACTOR:g}), shared", both))
     shared = shared_rate(rates) if not methods else None
     if shared is not None:
         changed = tuple((m, shared) for m in sorted(rates) if rates[m] != shared)

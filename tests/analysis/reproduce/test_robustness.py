@@ -61,6 +61,20 @@ def test_points_are_each_method_at_its_neighbours_then_the_shared_rate():
     ]
     assert {r for p in pts[4:] for r in p.rates} <= {r for p in pts[:4] for r in p.rates}
     assert len(rb.points({"local_sgd": 0.1})) == 2  # one method: its neighbours are all
+    # --methods naming methods of one rate (the controls' identity, OSP = LOSP): they move
+    # together too, the others keep theirs
+    rates = {"local_sgd": 0.1, "losp": 0.1, "osp": 0.1, "sync_sgd": 0.1}
+    pts = rb.points(rates, ["osp", "losp"])
+    assert [p.name for p in pts[:2]] == ["osp lr 0.05 (/2)", "osp lr 0.2 (x2)"]
+    assert [(p.name, p.rates) for p in pts[4:]] == [
+        ("losp, osp lr 0.05 (/2), shared", (("losp", 0.05), ("osp", 0.05))),
+        ("losp, osp lr 0.2 (x2), shared", (("losp", 0.2), ("osp", 0.2))),
+    ]
+    assert [rb.tests("control_osp_equals_losp_on_ideal_network", p, rates) for p in pts] == [
+        False, False, False, False, True, True,
+    ]
+    # --methods naming methods of different rates: no shared point
+    assert len(rb.points({"losp": 0.0125, "osp": 0.05, "sync_sgd": 0.1}, ["osp", "losp"])) == 4
 
 
 def test_a_methods_part_of_the_sweep_is_its_grid_and_every_extra_grid_naming_it():
