@@ -36,7 +36,9 @@ hold) `robust` (the same verdict at every point that tests it) and the points wh
 again. `--methods` changes only the methods named (the others keep their committed rates at
 every point; there is then no shared point, unless the named methods share one rate: then they
 also move together to each neighbour, which tests an identity such as the controls' OSP = LOSP
-with `--methods osp,losp`). `--publish`
+with `--methods osp,losp`), and extends the published check: its points that this one does not
+redo are kept, with their verdicts and the command that made them (`commands`), where it is on
+the same seeds at the same committed rates. `--publish`
 (`make robustness PUBLISH=1`) copies that folder, whole, to `<results>/<preset>/<scale>/
 robustness/`, where the verdicts page reads it; it needs a clean checkout and runs made from one.
 
@@ -259,7 +261,8 @@ def markdown(doc: dict) -> str:
     lines = [
         f"# Robustness to the learning rate: {doc['preset']} at {doc['scale']}",
         "",
-        f"`{doc['command']}`: the committed claims tested again on the committed seeds "
+        " then ".join(f"`{c}`" for c in doc.get("commands", [doc["command"]]))
+        + ": the committed claims tested again on the committed seeds "
         f"({doc['seeds_text']}) at other rates, one change at a time. Committed rates: "
         + ", ".join(f"{m} {r:g}" for m, r in doc["rates"].items())
         + ". Points: "
@@ -398,15 +401,25 @@ def main(argv: Sequence[str] | None = None) -> int:
         at[point.name] = point_claims(args, p, point, runs, root)
         if at[point.name] is None:
             return 1
+    pts, commands = list(p.points), [command]
+    if args.methods:  # the points of the published check that this one does not redo stay
+        earlier = published_points(args, p, made / "points")
+        if earlier is not None:
+            kept = [pt for pt in earlier[0] if pt.name not in at]
+            pts = kept + pts
+            at = {**{pt.name: earlier[1][pt.name] for pt in kept}, **at}
+            commands = [*earlier[2], command]
+            print(f"kept from the published check: {len(kept)} points", flush=True)
     doc = {
         "preset": args.preset,
         "scale": args.scale,
         "command": command,
+        "commands": commands,
         "seeds": p.seeds,
         "seeds_text": seeds_text(p.seeds),
         "rates": p.rates,
-        "points": [{"name": pt.name, "rates": dict(pt.rates)} for pt in p.points],
-        "claims": compare(p.committed, at, p.points, p.rates),
+        "points": [{"name": pt.name, "rates": dict(pt.rates)} for pt in pts],
+        "claims": compare(p.committed, at, pts, p.rates),
     }
     write_text_atomic(made / JSON, json.dumps(doc, indent=1) + "\n")
     write_text_atomic(made / MD, markdown(doc))
@@ -425,6 +438,35 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = Path(args.results) / args.preset / args.scale
         print(f"published: {publish(made, result, FOLDER)}")
     return 0
+
+
+def published_points(
+    args: argparse.Namespace, p: Plan, points_md: Path
+) -> tuple[list[Point], dict[str, list[dict]], list[str]] | None:
+    """The points of the published check of this result (`<results>/<preset>/<scale>/
+    robustness/`), its claims' verdicts at each and the commands that made them, with each
+    point's claims.md copied into `points_md`; None where there is none, or it was made on
+    other seeds or at other committed rates (then it is not this result's: said)."""
+    folder = Path(args.results) / args.preset / args.scale / FOLDER
+    if not (folder / JSON).is_file():
+        return None
+    doc = json.loads((folder / JSON).read_text())
+    if doc.get("seeds") != p.seeds or doc.get("rates") != dict(p.rates):
+        print(
+            f"the published check in {folder} is on other seeds or rates: replaced, not extended",
+            flush=True,
+        )
+        return None
+    pts = [Point(pt["name"], tuple(pt["rates"].items())) for pt in doc["points"]]
+    at = {
+        pt.name: [{"name": c["name"], "verdict": c["points"][pt.name]} for c in doc["claims"]]
+        for pt in pts
+    }
+    points_md.mkdir(parents=True, exist_ok=True)
+    for pt in pts:
+        if (folder / "points" / f"{pt.slug}.md").is_file():
+            shutil.copyfile(folder / "points" / f"{pt.slug}.md", points_md / f"{pt.slug}.md")
+    return pts, at, list(doc.get("commands", [doc["command"]]))
 
 
 def sweep_command(args: argparse.Namespace, *words: str) -> list[str]:

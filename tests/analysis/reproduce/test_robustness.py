@@ -70,9 +70,8 @@ def test_points_are_each_method_at_its_neighbours_then_the_shared_rate():
         ("losp, osp lr 0.05 (/2), shared", (("losp", 0.05), ("osp", 0.05))),
         ("losp, osp lr 0.2 (x2), shared", (("losp", 0.2), ("osp", 0.2))),
     ]
-    assert [rb.tests("control_osp_equals_losp_on_ideal_network", p, rates) for p in pts] == [
-        False, False, False, False, True, True,
-    ]
+    identity = "control_osp_equals_losp_on_ideal_network"
+    assert [rb.tests(identity, p, rates) for p in pts] == [False] * 4 + [True] * 2
     # --methods naming methods of different rates: no shared point
     assert len(rb.points({"losp": 0.0125, "osp": 0.05, "sync_sgd": 0.1}, ["osp", "losp"])) == 4
 
@@ -125,6 +124,60 @@ def test_a_decisive_verdict_is_robust_only_when_every_point_gives_it_again():
     assert "| b | does not hold | cannot tell | does not hold | **no** |" in text
     assert "x /2: x 0.025; x x2: x 0.1" in text
     assert text.rstrip().endswith("Robust to the rate: 1 of 2 decisive verdicts.")
+
+
+def test_a_check_of_some_methods_keeps_the_published_points_it_does_not_redo(tmp_path):
+    # the controls: local_sgd and sync_sgd checked first, then OSP and LOSP (their identity)
+    rates = {"local_sgd": 0.1, "losp": 0.1, "osp": 0.1}
+    first = rb.points(rates, ["local_sgd"])
+    folder = tmp_path / "results" / "controls" / "fmnist" / rb.FOLDER
+    (folder / "points").mkdir(parents=True)
+    at = {pt.name: [claim("a", "holds"), claim("i", "holds")] for pt in first}
+    at[first[1].name][0] = claim("a", "cannot tell")
+    published = {
+        "command": "python -m analysis.reproduce.robustness controls --methods local_sgd",
+        "seeds": [0, 1],
+        "rates": rates,
+        "points": [{"name": pt.name, "rates": dict(pt.rates)} for pt in first],
+        "claims": rb.compare([claim("a", "holds"), claim("i", "holds")], at, first, rates),
+    }
+    (folder / rb.JSON).write_text(json.dumps(published))
+    for pt in first:
+        (folder / "points" / f"{pt.slug}.md").write_text(pt.name)
+    args = rb.parser().parse_args(["controls", "--results", str(tmp_path / "results")])
+    plan = rb.Plan([], [], rates, [0, 1], [], {})
+    pts, verdicts, commands = rb.published_points(args, plan, tmp_path / "made")
+    assert pts == first and commands == [published["command"]]
+    assert verdicts[first[1].name] == [
+        {"name": "a", "verdict": "cannot tell"},
+        {"name": "i", "verdict": "holds"},
+    ]
+    assert sorted(p.name for p in (tmp_path / "made").iterdir()) == sorted(
+        f"{pt.slug}.md" for pt in first
+    )
+    # another check's seeds or rates: not this result's, replaced
+    other = rb.Plan([], [], {**rates, "osp": 0.05}, [0, 1], [], {})
+    assert rb.published_points(args, other, tmp_path / "made2") is None
+    assert rb.published_points(args, rb.Plan([], [], rates, [0], [], {}), tmp_path / "x") is None
+    # the page names both commands
+    doc = {
+        **published,
+        "preset": "controls",
+        "scale": "fmnist",
+        "seeds_text": "0-1",
+        "commands": [
+            published["command"],
+            "python -m analysis.reproduce.robustness controls --methods osp,losp",
+        ],
+    }
+    assert (
+        rb.markdown(doc)
+        .splitlines()[2]
+        .startswith(
+            "`python -m analysis.reproduce.robustness controls --methods local_sgd` then "
+            "`python -m analysis.reproduce.robustness controls --methods osp,losp`: "
+        )
+    )
 
 
 def test_a_point_tests_a_claim_only_where_it_changes_one_of_its_methods():
