@@ -23,6 +23,7 @@ filled during a run). Every case is checked for:
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import os
 import re
@@ -36,6 +37,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from tests import zygote
 from tests.cli import REPO, child_env, in_process, run_py_call
 
 FAST = ("scale=smoke", "dataset=synthetic", "wandb.mode=disabled", "progress=false")
@@ -118,6 +120,9 @@ class Case:
     # a sweep stopped part-way: the runs it finished before the stop stay finished (its exit
     # code is the stop's); its own check says what the others must be
     finishes: bool = False
+    # a real interpreter, not a command forked from the tests' zygote (tests/zygote.py): the
+    # case acts while Python starts and imports (`importing`), which a forked command has done
+    interpreter: bool = False
 
     @property
     def id(self) -> str:
@@ -227,18 +232,16 @@ def _subprocess(case: Case, ctx: Ctx, argv: list[str]) -> Result:
     if argv[0] == "torchrun":
         argv = ["-m", "torch.distributed.run", *argv[1:]]
     argv = [str(REPO / "run.py") if a == "run.py" else a for a in argv]
-    executable = [] if case.cmd == "make" else [sys.executable]
     if case.cmd == "make":  # the checkout's own environment (make's PY), as a user runs it
         env["PATH"] = f"{Path(sys.executable).parent}:{env.get('PATH', '')}"
+        start = functools.partial(subprocess.Popen, argv)
+    elif case.interpreter:
+        start = functools.partial(subprocess.Popen, [sys.executable, *argv])
+    else:  # `python ...`: forked from the tests' zygote where it may be (torch imported once)
+        start = functools.partial(zygote.popen, argv)
     with stdout.open("w") as out, stderr.open("w") as err:
-        ctx.proc = subprocess.Popen(
-            [*executable, *argv],
-            cwd=cwd,
-            env=env,
-            stdout=out,
-            stderr=err,
-            text=True,
-            start_new_session=case.session,
+        ctx.proc = start(
+            cwd=cwd, env=env, stdout=out, stderr=err, text=True, start_new_session=case.session
         )
         try:
             if case.act is not None:

@@ -336,6 +336,7 @@ STOPS = "results-stops"
 
 def stop(name: str, cmd: str, args: tuple[str, ...], sig: int, line: str, **kw) -> Case:
     kw.setdefault("act", then(when(importing), send(sig)))
+    kw.setdefault("interpreter", True)  # stopped while Python imports: a real interpreter
     return Case(
         f"{cmd}-{name}",
         STOPS,

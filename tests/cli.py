@@ -5,7 +5,9 @@ test of what a run computes and records (its metrics, its clock, its run directo
 run.py here with its worker processes (`run_py_with_workers_here`): the workers are real
 processes, forked by the forkserver this test process keeps (torch imported once), and what
 run.py's own process says is captured; a test that reads what the workers print, or of
-signals, exits, hangs and launchers, starts a real `python run.py` (`run_py`)."""
+signals, exits, hangs and launchers, starts its own `python run.py` (`run_py`): a process of its
+own, forked from the tests' zygote (tests/zygote.py), which imported torch once for this test
+process, unless its environment differs in what an interpreter reads as it starts."""
 
 from __future__ import annotations
 
@@ -36,9 +38,12 @@ def child_env(extra: dict | None = None) -> dict[str, str]:
 
 
 def popen_run_py(*args: str, env_extra: dict | None = None) -> subprocess.Popen:
-    """`python run.py ARGS` started in the background (for signals and timing); pipes open."""
-    return subprocess.Popen(
-        [sys.executable, "run.py", *args],
+    """`python run.py ARGS` started in the background (for signals and timing); pipes open.
+    Forked from the tests' zygote where it may be (tests/zygote.py: torch imported once)."""
+    from tests import zygote
+
+    return zygote.popen(
+        ["run.py", *args],
         cwd=REPO,
         env=child_env(env_extra),
         stdout=subprocess.PIPE,
@@ -59,9 +64,12 @@ def run_py(
     *args: str, timeout: float = 300, env: dict[str, str] | None = None
 ) -> subprocess.CompletedProcess:
     """`python run.py ARGS` from the repository root; output captured (stdout not a tty). env:
-    the environment, child_env() unless given (launched_env: as a launcher's worker)."""
-    return subprocess.run(
-        [sys.executable, "run.py", *args],
+    the environment, child_env() unless given (launched_env: as a launcher's worker). Forked
+    from the tests' zygote where it may be (tests/zygote.py: torch imported once)."""
+    from tests import zygote
+
+    return zygote.run(
+        ["run.py", *args],
         cwd=REPO,
         env=child_env() if env is None else env,
         capture_output=True,
@@ -200,11 +208,33 @@ def run_py_with_workers_here(
     return run_py_here(*args, env=env, cwd=cwd, workers=True)
 
 
+def python(
+    *argv: str, env: dict[str, str] | None = None, cwd: Path | str = REPO, timeout: float = 600
+) -> subprocess.CompletedProcess:
+    """`python ARGV` (a script, `-m NAME ...`, `-c CODE ...`), output captured; env:
+    child_env() unless given. Forked from the tests' zygote where it may be (tests/zygote.py:
+    torch imported once)."""
+    from tests import zygote
+
+    return zygote.run(
+        list(argv),
+        cwd=cwd,
+        env=child_env() if env is None else env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+    )
+
+
 def module(name: str, *args: str, timeout: float = 120) -> subprocess.CompletedProcess:
-    """`python -m NAME ARGS` from the repository root."""
-    return subprocess.run(
-        [sys.executable, "-m", name, *args],
+    """`python -m NAME ARGS` from the repository root, forked from the tests' zygote where it
+    may be (tests/zygote.py: torch imported once)."""
+    from tests import zygote
+
+    return zygote.run(
+        ["-m", name, *args],
         cwd=REPO,
+        env=child_env(),
         capture_output=True,
         text=True,
         timeout=timeout,

@@ -1032,6 +1032,7 @@ add(
         one_line=True,
         no_dir=True,
         slow=False,
+        interpreter=True,
     ),
     S(
         "int-while-importing",
@@ -1043,6 +1044,7 @@ add(
         one_line=True,
         no_dir=True,
         slow=False,
+        interpreter=True,
     ),
     S(
         "term-while-workers-start",

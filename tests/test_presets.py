@@ -5,12 +5,11 @@ from __future__ import annotations
 
 import json
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.cli import REPO, in_process
+from tests.cli import REPO, in_process, python
 from tests.cli import run_py_with_workers_here as run_here  # run.py here, its workers real
 
 PRESETS = sorted(p.stem for p in (REPO / "conf" / "experiment").glob("*.yaml"))
@@ -40,8 +39,7 @@ def test_every_preset_smoke_runs(tmp_path, preset):
 
 
 def sweep(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, "-m", "experiments.sweep", *args], cwd=REPO,
-                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    return python("-m", "experiments.sweep", *args)
 
 
 @pytest.mark.e2e

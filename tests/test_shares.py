@@ -15,6 +15,7 @@ from hydra.errors import HydraException
 
 from experiments.sweep import shares
 from hydra_plugins.commsgd_sweeper.commsgd_sweeper import _shard
+from tests import zygote
 from tests.cli import REPO, child_env, run_py
 
 SWEEP = [
@@ -57,8 +58,8 @@ def test_the_driver_divides_the_cores_unless_told():
 def test_two_shares_run_every_point_once_and_keep_a_lockstep_group_whole(tmp_path):
     out = tmp_path / "out"
     procs = [
-        subprocess.Popen(
-            [sys.executable, "run.py", *SWEEP, f"out_root={out}", f"hydra.sweeper.shard={k}/2"],
+        zygote.popen(  # forked from the tests' zygote where it may be (torch imported once)
+            ["run.py", *SWEEP, f"out_root={out}", f"hydra.sweeper.shard={k}/2"],
             cwd=REPO,
             env=child_env(),
             stdout=subprocess.PIPE,

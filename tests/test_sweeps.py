@@ -7,13 +7,11 @@ own record."""
 from __future__ import annotations
 
 import json
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.cli import REPO, child_env, run_dir_of, run_py
+from tests.cli import child_env, python, run_dir_of, run_py
 from tests.cli import run_py_with_workers_here as run_here  # run.py here, its workers real
 
 pytestmark = pytest.mark.e2e
@@ -64,13 +62,13 @@ def test_bad_points_are_recorded_the_others_run_and_a_rerun_does_only_the_missin
 
 def test_a_crashing_point_does_not_stop_the_sweep(tmp_path):
     # the fault fires at step 10: the 1-epoch point (4 steps) completes, the 5-epoch one dies
-    proc = subprocess.run(
-        [sys.executable, "run.py", "-m", *TINY, "epochs=5,1", f"out_root={tmp_path}"],
-        cwd=REPO,
+    proc = python(
+        "run.py",
+        "-m",
+        *TINY,
+        "epochs=5,1",
+        f"out_root={tmp_path}",
         env=child_env({"COMMSGD_INJECT_FAULT": "1:10:raise"}),
-        capture_output=True,
-        text=True,
-        timeout=600,
     )
     assert proc.returncode == 1, proc.stdout[-2000:] + proc.stderr[-2000:]
     last = proc.stderr.strip().splitlines()[-1]
@@ -97,29 +95,11 @@ def test_a_presets_extra_grids_run_with_it_and_one_config_runs_once(tmp_path):
 
 
 def test_the_make_driver_runs_every_point_reports_what_finished_and_fails_at_the_end(tmp_path):
-    proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "experiments.sweep",
-            "demo",
-            "--scale",
-            "smoke",
-            "--out-root",
-            str(tmp_path / "out"),
-            "--results",
-            str(tmp_path / "results"),
-            "algorithm=sync_sgd",
-            "seed=0",
-            "tau=0,1",
-            "epochs=1",
-            *TINY[1:],
-        ],  # fmt: skip
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
+    proc = python(
+        "-m", "experiments.sweep", "demo", "--scale", "smoke",
+        "--out-root", str(tmp_path / "out"), "--results", str(tmp_path / "results"),
+        "algorithm=sync_sgd", "seed=0", "tau=0,1", "epochs=1", *TINY[1:],
+    )  # fmt: skip
     assert proc.returncode == 2, proc.stdout[-2000:] + proc.stderr[-2000:]
     lines = proc.stderr.strip().splitlines()
     assert lines[-2] == "error: tau=0: tau must be an integer >= 1, got 0"

@@ -91,17 +91,14 @@ def test_a_completed_run_is_ready_for_a_comparison_report(tmp_path):
 
 @pytest.mark.e2e
 def test_a_failed_run_finishes_with_its_exit_code(tmp_path):
-    import subprocess
-    import sys
+    from tests.cli import python
 
-    from tests.cli import REPO
-
-    proc = subprocess.run(
-        [sys.executable, "run.py", *FAST, "epochs=3", f"out_root={tmp_path}"],
-        cwd=REPO,
+    proc = python(
+        "run.py",
+        *FAST,
+        "epochs=3",
+        f"out_root={tmp_path}",
         env=child_env({"COMMSGD_INJECT_FAULT": "0:40:raise"}),
-        capture_output=True,
-        text=True,
         timeout=300,
     )
     assert proc.returncode == 1, proc.stderr[-2000:]

@@ -4,13 +4,11 @@ check's end-to-end tests (tests/session.py: one sweep for both, whichever asks f
 
 from __future__ import annotations
 
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.cli import REPO
+from tests.cli import python
 from tests.session import once_a_session
 
 FAST = ("dataset=synthetic", "compute.algo_time_s=0.001", "wandb.mode=disabled", "progress=false")
@@ -22,11 +20,10 @@ def committed_smoke(tmp_path_factory, worker_id) -> Path:
     0 and 1. Shared: a test reads it and writes elsewhere (no --publish)."""
 
     def make(folder: Path) -> None:
-        done = subprocess.run(
-            [sys.executable, "-m", "experiments.sweep", "pseudo_sync_speed", "--scale", "smoke",
-             "--out-root", str(folder / "out"), "--results", str(folder / "results"),
-             "seed=0,1", *FAST],
-            cwd=REPO, capture_output=True, text=True, timeout=600,
+        done = python(
+            "-m", "experiments.sweep", "pseudo_sync_speed", "--scale", "smoke",
+            "--out-root", str(folder / "out"), "--results", str(folder / "results"),
+            "seed=0,1", *FAST,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-2000:]
 

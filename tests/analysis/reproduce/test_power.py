@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
@@ -14,7 +12,7 @@ from analysis.reports import verdict_page
 from analysis.reproduce import power as pw
 from analysis.reproduce.replicate import publish
 from experiments.errors import UserError
-from tests.cli import REPO, module_here
+from tests.cli import REPO, module_here, python
 
 FAST = ("dataset=synthetic", "compute.algo_time_s=0.001", "wandb.mode=disabled", "progress=false")
 
@@ -144,11 +142,10 @@ def test_the_new_seeds_run_and_the_report_pairs_them_with_the_committed_runs(
     results = tmp_path / "results"
     shutil.copytree(committed_smoke, results)
     out = tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "analysis.reproduce.power", "pseudo_sync_speed", "--scale",
-         "smoke", "--n", "3", "--max-n", "10000", "--results", str(results), "--out-root",
-         str(out), *FAST],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+    proc = python(
+        "-m", "analysis.reproduce.power", "pseudo_sync_speed", "--scale",
+        "smoke", "--n", "3", "--max-n", "10000", "--results", str(results), "--out-root",
+        str(out), *FAST,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     made = out / "power" / "results" / "pseudo_sync_speed" / "smoke"

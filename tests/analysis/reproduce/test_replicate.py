@@ -5,15 +5,13 @@ from __future__ import annotations
 
 import json
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from analysis.reports import verdict_page
 from analysis.reproduce import replicate
 from experiments.errors import UserError
-from tests.cli import REPO, module_here
+from tests.cli import REPO, module_here, python
 
 FAST = ("dataset=synthetic", "compute.algo_time_s=0.001", "wandb.mode=disabled", "progress=false")
 
@@ -142,10 +140,9 @@ def test_a_replication_reruns_the_sweep_on_fresh_seeds_and_compares_every_claim(
     tmp_path, committed_smoke
 ):
     results, out = committed_smoke, tmp_path / "out"
-    proc = subprocess.run(
-        [sys.executable, "-m", "analysis.reproduce.replicate", "pseudo_sync_speed", "--scale",
-         "smoke", "--results", str(results), "--out-root", str(out), *FAST],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+    proc = python(
+        "-m", "analysis.reproduce.replicate", "pseudo_sync_speed", "--scale",
+        "smoke", "--results", str(results), "--out-root", str(out), *FAST,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     made = out / "replicate" / "results" / "pseudo_sync_speed" / "smoke"

@@ -17,7 +17,7 @@ from analysis.reproduce import recompute, verify
 from analysis.runs.records import RECORDS, dumps, read_records
 from experiments.errors import UserError
 from experiments.store.fingerprint import describe, fingerprint_key, platform_fingerprint
-from tests.cli import child_env
+from tests.cli import child_env, python
 from tests.fixtures import make_fixtures as fx
 
 REPO = Path(__file__).resolve().parents[3]
@@ -249,29 +249,23 @@ def test_verify_reproduces_a_result_and_names_an_altered_point(tmp_path: Path) -
     within tolerance on an emulated other one (ISA caps), and names a point whose committed
     record was altered (exit 1)."""
     out = tmp_path / "out"
-    made = subprocess.run(
-        [sys.executable, "run.py", "-m", "experiment=demo", "scale=smoke", "dataset=synthetic",
-         "cluster=sim", "algorithm=sync_sgd,local_sgd", "seed=0,1", "epochs=1",
-         f"out_root={out}", "wandb.mode=disabled", "progress=false"],
-        cwd=REPO, env=child_env(), capture_output=True, text=True,
+    made = python(
+        "run.py", "-m", "experiment=demo", "scale=smoke", "dataset=synthetic",
+        "cluster=sim", "algorithm=sync_sgd,local_sgd", "seed=0,1", "epochs=1",
+        f"out_root={out}", "wandb.mode=disabled", "progress=false",
     )  # fmt: skip
     assert made.returncode == 0, made.stderr[-2000:]
     result = tmp_path / "results" / "demo" / "smoke"
-    report = subprocess.run(
-        [sys.executable, "-m", "analysis.reports.report", "--experiment", "demo", "--scale",
-        "smoke",
-         str(out / "runs"), "--out", str(result), "--set=cluster=sim", "--out-root", str(out)],
-        cwd=REPO, env=child_env(), capture_output=True, text=True,
+    report = python(
+        "-m", "analysis.reports.report", "--experiment", "demo", "--scale", "smoke",
+        str(out / "runs"), "--out", str(result), "--set=cluster=sim", "--out-root", str(out),
     )  # fmt: skip
     assert report.returncode == 0, report.stderr[-2000:]
     names = sorted(r["run"] for r in read_records(result / RECORDS))
     assert len(names) == 4
 
     def run_verify(*args: str, env: dict | None = None) -> subprocess.CompletedProcess:
-        return subprocess.run(
-            [sys.executable, "-m", "analysis.reproduce.verify", str(result), *args],
-            cwd=REPO, env=child_env(env), capture_output=True, text=True,
-        )  # fmt: skip
+        return python("-m", "analysis.reproduce.verify", str(result), *args, env=child_env(env))
 
     same = run_verify()  # the sample: seed 0 of each algorithm
     assert same.returncode == 0, same.stdout + same.stderr

@@ -6,15 +6,13 @@ from __future__ import annotations
 import json
 import re
 import shutil
-import subprocess
-import sys
 
 import pytest
 
 from analysis.reports import verdict_page
 from analysis.reproduce import robustness as rb
 from experiments.errors import UserError
-from tests.cli import REPO, module_here
+from tests.cli import REPO, module_here, python
 
 FAST = ("dataset=synthetic", "compute.algo_time_s=0.001", "wandb.mode=disabled", "progress=false")
 
@@ -294,11 +292,10 @@ def test_a_check_runs_only_the_changed_method_and_compares_every_claim(tmp_path,
     made = out / "robustness" / "results" / "pseudo_sync_speed" / "smoke"
     (made / "points").mkdir(parents=True)
     (made / "points" / "old-lr1.md").write_text("a rate set of an earlier check")  # removed
-    proc = subprocess.run(
-        [sys.executable, "-m", "analysis.reproduce.robustness", "pseudo_sync_speed", "--scale",
-         "smoke", "--methods", "pseudo_sync", "--results", str(committed_smoke), "--out-root",
-         str(out), *FAST],
-        cwd=REPO, capture_output=True, text=True, timeout=600,
+    proc = python(
+        "-m", "analysis.reproduce.robustness", "pseudo_sync_speed", "--scale",
+        "smoke", "--methods", "pseudo_sync", "--results", str(committed_smoke), "--out-root",
+        str(out), *FAST,
     )  # fmt: skip
     assert proc.returncode == 0, proc.stderr[-2000:]
     doc = json.loads((made / "robustness.json").read_text())

@@ -1,0 +1,410 @@
+"""`python run.py ...` and `python -m NAME ...` for the tests, started without their ~2.2 CPU-s
+of `import torch` each (issue 48): a template process (a "zygote") imports torch and the other
+heavy libraries once per test process and forks a process per command from there.
+
+Why by hand: neither the standard library nor pytest starts a program from an interpreter that
+has already imported its libraries (multiprocessing's forkserver forks *functions* of a
+preloaded interpreter, not programs with their own argv, standard streams, working directory,
+environment and exit status). `make test` started ~300 interpreters that did little but
+import torch before they answered (docs/tests.md, "Where the CPU-seconds go").
+
+What the forked process is: a process of its own (its own pid, signals delivered to it, its
+own children, its exit code or the signal that ended it), running the program as the
+interpreter would (`runpy`, `sys.argv`, `sys.orig_argv`, `sys.path[0]`, `__main__`), with the
+command's standard streams, working directory and environment. What it is not: the interpreter
+was started once, for the zygote, so what an interpreter reads only when it starts is the
+zygote's. A command is forked only where that cannot differ: its environment agrees with the
+zygote's on every variable read at start-up (`START_PREFIXES`: Python's own, the C library's
+allocator, the thread pools', locale); every other command, and every command where
+`COMMSGD_TEST_ZYGOTE=0`, starts a real interpreter. Tests of what an interpreter does at
+start-up (torch not imported: tests/test_torch_free.py; the allocator's settings:
+tests/test_allocator.py) start real interpreters themselves. `/proc/<pid>/cmdline` and
+`/proc/<pid>/environ` of a forked command are the zygote's (the kernel keeps the first ones);
+its children, started by `exec`, have their own.
+
+Each forked command has a waiter: the zygote forks the waiter, the waiter forks the command
+and reports its pid and then its exit status over the request's socket, so that the zygote
+never waits and a command's parent lives exactly as long as the command. The zygote imports
+but runs nothing; the one thread besides its main one is OpenBLAS's (numpy's, started at
+import, with its own fork handlers), as in the suite's own forkserver, which forks the workers
+from the same state (experiments/workers/startup.py). A forked command ends without the
+interpreter's teardown of its modules (`_exit`: the threads, atexit handlers and streams as an
+interpreter ends): the zygote's modules are not the command's to free.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import traceback
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+# Variables an interpreter (or a library it imports at start-up: torch's thread pools, glibc's
+# allocator) reads when it starts: a command whose value of one differs from the zygote's
+# starts a real interpreter.
+START_PREFIXES = (
+    "PYTHON", "MALLOC_", "LD_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "TORCH_",
+    "PYTORCH_", "ATEN_", "ONEDNN_", "DNNL_", "CUDA", "LC_", "LANG", "COMMSGD_TEST_ZYGOTE",
+)  # fmt: skip
+PRELOAD = ("torch", "torchvision", "numpy", "hydra", "omegaconf")  # third-party only: the
+# suite's own modules read the environment as they import, which must be the command's
+
+
+def _start_env(env: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in env.items() if k.startswith(START_PREFIXES)}
+
+
+# --- the zygote (python -m tests.zygote SOCKET) ---------------------------------------------------
+
+
+def _send(conn: socket.socket, line: str) -> None:
+    conn.sendall(line.encode() + b"\n")
+
+
+def _run_command(request: dict, fds: list[int]) -> None:
+    """In the forked command: become the command, then run it as the interpreter would (an
+    uncaught exception, SystemExit and KeyboardInterrupt end this process as they end a
+    program)."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        os.close(fd)
+    if request["new_session"]:
+        os.setsid()
+    os.chdir(request["cwd"])
+    os.environ.clear()
+    os.environ.update(request["env"])
+    signal.signal(signal.SIGINT, signal.default_int_handler)
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
+        signal.signal(sig, signal.SIG_DFL)
+    argv = request["argv"]  # without the executable: ["run.py", ...], ["-m", NAME, ...]
+    sys.orig_argv = [sys.executable, *argv]
+    code: int | None = 0
+    try:
+        _run_program(argv)
+    except SystemExit as e:  # as the interpreter reads it: None 0, a number, else the message
+        code = e.code
+        if code is None:
+            code = 0
+        elif not isinstance(code, int):
+            print(code, file=sys.stderr)
+            code = 1
+    except BaseException as e:  # as the interpreter reports it: the program's frames only
+        tb = e.__traceback__
+        while tb is not None and tb.tb_frame.f_code.co_filename == __file__:
+            tb = tb.tb_next
+        traceback.print_exception(type(e), e, tb)
+        code = None if isinstance(e, KeyboardInterrupt) else 1
+    _exit(code)
+
+
+def _exit(code: int | None) -> None:
+    """The interpreter's exit less its teardown of the modules: the non-daemon threads waited
+    for, the atexit handlers, the standard streams flushed, then the code, or for a program
+    ended by Ctrl-C (`None`) SIGINT, as an interpreter ends then. The teardown is left out
+    because this process holds the zygote's modules (torch): freeing them cost a forked
+    `python -m analysis.runs.status --help` 0.9 CPU-s more than a real one, which never
+    imports torch (measured); what a teardown owes a user is in the atexit handlers."""
+    threading._shutdown()
+    atexit._run_exitfuncs()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    if code is None:
+        signal.signal(signal.SIGINT, signal.SIG_DFL)
+        os.kill(os.getpid(), signal.SIGINT)
+    os._exit(code)
+
+
+def _run_program(argv: list[str]) -> None:
+    import runpy
+
+    if argv[0] == "-m":
+        sys.argv = [argv[1], *argv[2:]]
+        sys.path[0] = os.getcwd()
+        runpy.run_module(argv[1], run_name="__main__", alter_sys=True)
+    elif argv[0] == "-c":
+        sys.argv = ["-c", *argv[2:]]
+        sys.path[0] = ""
+        exec(compile(argv[1], "<string>", "exec"), {"__name__": "__main__"})
+    else:
+        script = os.path.abspath(argv[0])
+        sys.argv = list(argv)
+        sys.path[0] = os.path.dirname(script)
+        runpy.run_path(script, run_name="__main__")
+
+
+def _serve_one(conn: socket.socket, listener: socket.socket) -> None:
+    """In the waiter: fork the command, report its pid, wait for it, report its status."""
+    message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+    request = json.loads(message)
+    pid = os.fork()
+    if pid == 0:
+        listener.close()
+        conn.close()
+        _run_command(request, fds)  # never returns
+    for fd in fds:
+        os.close(fd)
+    _send(conn, f"pid {pid}")
+    _, status = os.waitpid(pid, 0)
+    _send(conn, f"exit {os.waitstatus_to_exitcode(status)}")
+    conn.close()
+    os._exit(0)  # the waiter owes nothing at exit
+
+
+def serve(path: str) -> None:
+    for name in PRELOAD:
+        __import__(name)
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    parent = os.getppid()
+    print("ready", flush=True)
+    while os.getppid() == parent:  # the test process is gone: so is its zygote
+        while True:  # reap the waiters that have ended
+            try:
+                if os.waitpid(-1, os.WNOHANG)[0] == 0:
+                    break
+            except ChildProcessError:
+                break
+        if not select.select([listener], [], [], 1.0)[0]:
+            continue
+        conn, _ = listener.accept()
+        if os.fork() == 0:
+            _serve_one(conn, listener)  # never returns in the command, exits in the waiter
+        conn.close()
+
+
+# --- the client (in the test process) -------------------------------------------------------------
+
+
+class _Zygote:
+    def __init__(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="commsgd-zygote-")
+        self.path = os.path.join(self.folder, "socket")
+        from tests.cli import child_env
+
+        self.env = child_env()
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.zygote", self.path],
+            cwd=REPO,
+            env=self.env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        ready = self.proc.stdout.readline().strip()
+        if ready != "ready":
+            raise RuntimeError(f"the tests' zygote did not start (said {ready!r})")
+        atexit.register(self.stop)
+
+    def stop(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait()
+        for name in os.listdir(self.folder):
+            os.unlink(os.path.join(self.folder, name))
+        os.rmdir(self.folder)
+
+
+_ZYGOTE: _Zygote | None = None
+_LOCK = threading.Lock()
+
+
+def _zygote() -> _Zygote:
+    global _ZYGOTE
+    with _LOCK:
+        if _ZYGOTE is None or _ZYGOTE.proc.poll() is not None:
+            _ZYGOTE = _Zygote()
+        return _ZYGOTE
+
+
+def forkable(argv: list[str], env: dict[str, str] | None) -> bool:
+    """May `sys.executable *argv` with `env` be forked from the zygote (see the module's
+    docstring)? Only a program (`X.py`, `-m NAME`, `-c CODE`), no interpreter option, an
+    environment that agrees with the zygote's on what an interpreter reads at start-up."""
+    if os.environ.get("COMMSGD_TEST_ZYGOTE", "1") == "0" or not argv:
+        return False
+    if argv[0] in ("-m", "-c"):
+        if len(argv) < 2:
+            return False
+    elif argv[0].startswith("-") or not argv[0].endswith(".py"):
+        return False
+    from tests.cli import child_env
+
+    return _start_env(child_env() if env is None else env) == _start_env(_zygote().env)
+
+
+class Forked:
+    """A command forked by the zygote, with the part of `subprocess.Popen`'s interface the
+    tests use: pid, args, returncode, poll, wait, communicate, send_signal, terminate, kill,
+    and stdout/stderr (text or bytes) where they are pipes."""
+
+    def __init__(
+        self,
+        argv: list[str],
+        *,
+        cwd: str | Path,
+        env: dict[str, str],
+        stdout=None,
+        stderr=None,
+        text: bool = False,
+        start_new_session: bool = False,
+    ) -> None:
+        self.args = [sys.executable, *argv]
+        self.returncode: int | None = None
+        self.stdout = self.stderr = None
+        self._text = text
+        ends, close = [], []
+        null = os.open(os.devnull, os.O_RDONLY)
+        close.append(null)
+        ends.append(null)
+        for which, target in (("stdout", stdout), ("stderr", stderr)):
+            if target == subprocess.PIPE:
+                read, write = os.pipe()
+                close.append(write)
+                ends.append(write)
+                setattr(self, which, os.fdopen(read, "r" if text else "rb"))
+            elif target is None:
+                ends.append(1 if which == "stdout" else 2)
+            else:
+                ends.append(target if isinstance(target, int) else target.fileno())
+        request = {
+            "argv": list(argv),
+            "cwd": str(cwd),
+            "env": dict(env),
+            "new_session": bool(start_new_session),
+        }
+        self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            self._conn.connect(_zygote().path)
+            socket.send_fds(self._conn, [json.dumps(request).encode()], ends)
+        finally:
+            for fd in close:
+                os.close(fd)
+        self._buffer = b""
+        word, value = self._line(None)
+        if word != "pid":
+            raise RuntimeError(f"the tests' zygote did not start {argv} (said {word} {value})")
+        self.pid = int(value)
+
+    def _line(self, timeout: float | None) -> tuple[str, str]:
+        while b"\n" not in self._buffer:
+            if timeout is not None and not select.select([self._conn], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(self.args, timeout)
+            chunk = self._conn.recv(4096)
+            if not chunk:
+                return "gone", ""
+            self._buffer += chunk
+        line, self._buffer = self._buffer.split(b"\n", 1)
+        word, _, value = line.decode().partition(" ")
+        return word, value
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            try:
+                self.wait(timeout=0)
+            except subprocess.TimeoutExpired:
+                pass
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            word, value = self._line(timeout)
+            # "gone": the zygote's waiter died (killed with the zygote): the command with it
+            self.returncode = int(value) if word == "exit" else -signal.SIGKILL
+            self._conn.close()
+        return self.returncode
+
+    def communicate(self, input=None, timeout: float | None = None):  # noqa: A002 - Popen's name
+        if input is not None:
+            raise ValueError("a forked command has no standard input (it reads /dev/null)")
+        if not hasattr(self, "_readers"):
+            self._out = {"stdout": [], "stderr": []}
+            self._readers = []
+            for which in ("stdout", "stderr"):
+                stream = getattr(self, which)
+                if stream is not None:
+                    chunks = self._out[which]
+                    reader = threading.Thread(
+                        target=lambda s=stream, c=chunks: c.append(s.read()), daemon=True
+                    )
+                    reader.start()
+                    self._readers.append(reader)
+        deadline = None if timeout is None else time.monotonic() + timeout
+        for reader in self._readers:
+            reader.join(None if deadline is None else max(0.0, deadline - time.monotonic()))
+            if reader.is_alive():
+                raise subprocess.TimeoutExpired(self.args, timeout)
+        self.wait(None if deadline is None else max(0.0, deadline - time.monotonic()))
+        empty = "" if self._text else b""
+        return tuple(
+            empty.join(self._out[w]) if getattr(self, w) is not None else None
+            for w in ("stdout", "stderr")
+        )
+
+    def send_signal(self, sig: int) -> None:
+        if self.poll() is None:
+            os.kill(self.pid, sig)
+
+    def terminate(self) -> None:
+        self.send_signal(signal.SIGTERM)
+
+    def kill(self) -> None:
+        self.send_signal(signal.SIGKILL)
+
+    def __enter__(self) -> Forked:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        for stream in (self.stdout, self.stderr):
+            if stream is not None:
+                stream.close()
+        self.wait()
+
+
+def popen(argv: list[str], *, cwd, env, **kwargs):
+    """`subprocess.Popen([sys.executable, *argv], ...)`, forked from the zygote where it may
+    be (`forkable`). kwargs: stdout, stderr, text, start_new_session."""
+    if forkable(argv, env):
+        return Forked(argv, cwd=cwd, env=env, **kwargs)
+    return subprocess.Popen([sys.executable, *argv], cwd=cwd, env=env, **kwargs)
+
+
+def run(
+    argv: list[str], *, cwd, env, timeout: float | None = None, capture_output=False, text=False
+) -> subprocess.CompletedProcess:
+    """`subprocess.run([sys.executable, *argv], ...)`, forked from the zygote where it may be."""
+    if not forkable(argv, env):
+        return subprocess.run(
+            [sys.executable, *argv],
+            cwd=cwd,
+            env=env,
+            timeout=timeout,
+            capture_output=capture_output,
+            text=text,
+        )
+    pipe = subprocess.PIPE if capture_output else None
+    proc = Forked(argv, cwd=cwd, env=env, stdout=pipe, stderr=pipe, text=text)
+    try:
+        out, err = proc.communicate(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+if __name__ == "__main__":
+    serve(sys.argv[1])
