@@ -10,6 +10,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
@@ -64,21 +65,42 @@ def test_an_uncaught_exception_is_reported_as_by_an_interpreter(tmp_path):
     assert forked.stderr.rstrip().endswith("ValueError: no")
 
 
+def masks(pid: int) -> dict[str, int]:
+    """The standard signals (1-31) process `pid` ignores and catches (/proc: SigIgn, SigCgt;
+    not the C library's own real-time ones, which a process that has had threads handles)."""
+    lines = Path(f"/proc/{pid}/status").read_text().splitlines()
+    return {
+        k: int(v, 16) & 0x7FFFFFFF for k, _, v in (x.partition(":") for x in lines) if k in MASKS
+    }
+
+
+MASKS = ("SigIgn", "SigCgt")
+
+
 @pytest.mark.parametrize(
     "sig, code", [(signal.SIGINT, -signal.SIGINT), (signal.SIGTERM, -signal.SIGTERM)]
 )
 def test_a_signal_ends_a_forked_command_as_it_ends_an_interpreter(sig, code):
-    waits = "import time\nprint('up', flush=True)\ntime.sleep(60)\n"
+    waits = "import time\nprint('up', flush=True)\ntime.sleep(600)\n"
+    seen = []
     for start in (subprocess.Popen, zygote.Forked):
         argv = ["-c", waits] if start is zygote.Forked else [sys.executable, "-c", waits]
         proc = start(argv, cwd=REPO, env=child_env(), stdout=subprocess.PIPE,
                      stderr=subprocess.PIPE, text=True)  # fmt: skip
         assert proc.stdout.readline() == "up\n"
         assert proc.pid != os.getpid() and (start is subprocess.Popen or proc.poll() is None)
+        # what it ignores and catches is an interpreter's started from here (a test process
+        # that ignores SIGINT, as one started in the background does, passes that on)
+        seen.append(masks(proc.pid))
+        if signal.getsignal(sig) == signal.SIG_IGN:
+            proc.kill()
+            proc.communicate(timeout=60)
+            continue
         proc.send_signal(sig)
         _, err = proc.communicate(timeout=60)
         assert proc.returncode == code, (start, err)
         assert ("KeyboardInterrupt" in err) == (sig == signal.SIGINT), err
+    assert seen[0] == seen[1]
 
 
 def test_a_forked_command_may_have_a_session_of_its_own():

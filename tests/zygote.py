@@ -84,8 +84,11 @@ def _run_command(request: dict, fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     signal.signal(signal.SIGINT, signal.default_int_handler)
-    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGUSR1, signal.SIGUSR2, signal.SIGCHLD):
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2,
+                signal.SIGCHLD):  # fmt: skip
         signal.signal(sig, signal.SIG_DFL)
+    for sig in request["ignored"]:  # what the test process ignores, as an exec'd child would
+        signal.signal(sig, signal.SIG_IGN)
     argv = request["argv"]  # without the executable: ["run.py", ...], ["-m", NAME, ...]
     sys.orig_argv = [sys.executable, *argv]
     code: int | None = 0
@@ -220,12 +223,29 @@ class _Zygote:
 
 _ZYGOTE: _Zygote | None = None
 _LOCK = threading.Lock()
+_STARTS = [0]  # zygotes started by this process: at most MAX_STARTS, then real interpreters
+MAX_STARTS = 8
 
 
-def _zygote() -> _Zygote:
+def _zygote() -> _Zygote | None:
+    """This test process's zygote, started again where this process's own start-up
+    environment has changed since (a test's in-process run set a thread or allocator variable,
+    seen in CI): the zygote forks what a real interpreter started from here now would be."""
     global _ZYGOTE
+    from tests.cli import child_env
+
     with _LOCK:
-        if _ZYGOTE is None or _ZYGOTE.proc.poll() is not None:
+        if (
+            _ZYGOTE is None
+            or _ZYGOTE.proc.poll() is not None
+            or _start_env(_ZYGOTE.env) != _start_env(child_env())
+        ):
+            if _ZYGOTE is not None:
+                _ZYGOTE.stop()
+                _ZYGOTE = None
+            if _STARTS[0] >= MAX_STARTS:  # an environment that keeps changing: no zygote
+                return None
+            _STARTS[0] += 1
             _ZYGOTE = _Zygote()
         return _ZYGOTE
 
@@ -243,7 +263,17 @@ def forkable(argv: list[str], env: dict[str, str] | None) -> bool:
         return False
     from tests.cli import child_env
 
-    return _start_env(child_env() if env is None else env) == _start_env(_zygote().env)
+    zygote = _zygote()
+    return zygote is not None and _start_env(child_env() if env is None else env) == _start_env(
+        zygote.env
+    )
+
+
+def _ignored() -> list[int]:
+    """The signals this process ignores: an interpreter started from here inherits them
+    ignored (an `exec` keeps SIG_IGN; Python then leaves SIGINT ignored too)."""
+    return [s for s in (signal.SIGINT, signal.SIGQUIT, signal.SIGHUP, signal.SIGTERM)
+            if signal.getsignal(s) == signal.SIG_IGN]  # fmt: skip
 
 
 class Forked:
@@ -285,10 +315,14 @@ class Forked:
             "cwd": str(cwd),
             "env": dict(env),
             "new_session": bool(start_new_session),
+            "ignored": _ignored(),
         }
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            self._conn.connect(_zygote().path)
+            zygote = _zygote()
+            if zygote is None:
+                raise RuntimeError(f"no zygote to fork {argv} from (see `forkable`)")
+            self._conn.connect(zygote.path)
             socket.send_fds(self._conn, [json.dumps(request).encode()], ends)
         finally:
             for fd in close:

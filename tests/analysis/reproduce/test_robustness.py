@@ -109,6 +109,10 @@ def test_a_decisive_verdict_is_robust_only_when_every_point_gives_it_again():
     assert rows["b"]["robust"] is False and rows["b"]["same_at"] == ["x x2"]
     assert rows["b"]["points"] == {"x /2": "cannot tell", "x x2": "does not hold"}
     assert rows["c"]["robust"] is None and rows["c"]["points"]["x x2"] == "not checked"
+    # the same verdict where the timing model fixes the quantity at a point (bytes per step)
+    model = {"x /2": [claim("a", "holds (by the model)")], "x x2": [claim("a", "holds")]}
+    (row,) = rb.compare([claim("a", "holds")], model, pts, {"x": 0.05})
+    assert row["robust"] is True and row["same_at"] == ["x /2", "x x2"]
     doc = {
         "preset": "p",
         "scale": "fmnist",
