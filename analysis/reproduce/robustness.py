@@ -68,7 +68,12 @@ from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from analysis.reports.verdict_page import DECISIVE, ROBUSTNESS, read_claims  # noqa: E402
+from analysis.reports.verdict_page import (  # noqa: E402
+    DECISIVE,
+    ROBUSTNESS,
+    base_verdict,
+    read_claims,
+)
 from analysis.reproduce.replicate import (  # noqa: E402
     check_clean,
     check_preset,
@@ -220,12 +225,6 @@ def tests(claim: str, point: Point, rates: Mapping[str, float]) -> bool:
     return True
 
 
-def _base(verdict: str) -> str:
-    """A verdict less " (by the model)": a claim that holds where the timing model fixes its
-    quantity (LOSP's bytes per step at another LOSP rate: no spread over the seeds) holds."""
-    return verdict.removesuffix(" (by the model)")
-
-
 def compare(
     committed: list[dict],
     at: Mapping[str, list[dict]],
@@ -245,7 +244,7 @@ def compare(
             verdicts[name] = found["verdict"] if found else "not checked"
         tested = [p.name for p in pts if p.name in verdicts and tests(claim["name"], p, rates)]
         decisive = claim["verdict"] in DECISIVE
-        same = [name for name in tested if _base(verdicts[name]) == _base(claim["verdict"])]
+        same = [name for name in tested if base_verdict(verdicts[name]) == claim["verdict"]]
         out.append(
             {
                 "name": claim["name"],

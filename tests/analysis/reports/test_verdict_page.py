@@ -388,3 +388,13 @@ def test_a_scale_counts_only_where_every_control_there_holds() -> None:
         item("losp_sooner_than_osp", "paper", "holds"),  # no control ran at it
     ]
     assert controls_pass(items) == {"fmnist"}
+
+
+def test_a_verdict_by_the_model_at_another_rate_is_the_same_verdict() -> None:
+    # LOSP's bytes per step at another LOSP rate: fixed by the timing model, no spread
+    item = {"verdict": "holds", "rates": {"points": {"a": "holds (by the model)", "b": "holds"}}}
+    assert verdict_page.robust(item) is True
+    assert verdict_page._rates_text(item) == "; robust to the rate (2 other rate sets)"
+    item["rates"]["points"]["c"] = "cannot tell"
+    assert verdict_page.robust(item) is False
+    assert verdict_page._rates_text(item) == "; **not robust to the rate**: cannot tell at c"
