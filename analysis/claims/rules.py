@@ -499,3 +499,10 @@ def _exposed(cell: Cell, method: str, tau: float | None = None) -> Side:
         seeds=None if np.isnan(seeds).any() else seeds,
         column="exposed_per_epoch",
     )
+
+
+def base_verdict(verdict: str) -> str:
+    """A verdict less " (by the model)" (`ClaimResult.verdict`): at another rate set, a claim
+    that holds where the timing model fixes its quantity (LOSP's bytes per step at another LOSP
+    rate: no spread over the seeds) holds, the same verdict (the verdicts page, robustness)."""
+    return verdict.removesuffix(" (by the model)")

@@ -45,6 +45,7 @@ from collections.abc import Sequence  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
+from analysis.claims.rules import base_verdict  # noqa: E402
 from analysis.reports.staging import report_files  # noqa: E402
 from analysis.stats import _magnitude, _signed  # noqa: E402
 from analysis.stops import stoppable  # noqa: E402
@@ -400,13 +401,6 @@ def robustness(folder: Path) -> dict[str, dict]:
             raise DamagedRecord(path, f"claims[{i}] 'tests' names a rate set it has no verdict at")
         out[c["name"]] = {"points": {name: points[name] for name in tested}}
     return out
-
-
-def base_verdict(verdict: str) -> str:
-    """A verdict less " (by the model)": at another rate set, a claim that holds where the
-    timing model fixes its quantity (LOSP's bytes per step at another LOSP rate: no spread over
-    the seeds) holds, the same verdict."""
-    return verdict.removesuffix(" (by the model)")
 
 
 def robust(item: dict) -> bool | None:

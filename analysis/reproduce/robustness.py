@@ -68,12 +68,8 @@ from dataclasses import dataclass  # noqa: E402
 from pathlib import Path  # noqa: E402
 from typing import Any  # noqa: E402
 
-from analysis.reports.verdict_page import (  # noqa: E402
-    DECISIVE,
-    ROBUSTNESS,
-    base_verdict,
-    read_claims,
-)
+from analysis.claims.rules import base_verdict  # noqa: E402
+from analysis.reports.verdict_page import DECISIVE, ROBUSTNESS, read_claims  # noqa: E402
 from analysis.reproduce.replicate import (  # noqa: E402
     check_clean,
     check_preset,
