@@ -9,7 +9,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -118,12 +117,11 @@ def test_a_forked_command_may_have_a_session_of_its_own():
 def test_wait_and_communicate_time_out_as_popen_does_and_kill_ends_the_command():
     proc = zygote.Forked(["-c", "import time; time.sleep(60)"], cwd=REPO, env=child_env(),
                          stdout=subprocess.PIPE, text=True)  # fmt: skip
-    start = time.monotonic()
     with pytest.raises(subprocess.TimeoutExpired):
         proc.wait(timeout=0.2)
     with pytest.raises(subprocess.TimeoutExpired):
         proc.communicate(timeout=0.2)
-    assert proc.poll() is None and time.monotonic() - start < 30
+    assert proc.poll() is None  # the timeouts left the command running, as Popen's do
     proc.kill()
     assert proc.wait(timeout=60) == -signal.SIGKILL
     with pytest.raises(subprocess.TimeoutExpired):
