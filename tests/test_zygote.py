@@ -20,7 +20,9 @@ SHOW = (
     "import json, os, sys\n"
     "print(json.dumps({'argv': sys.argv, 'path0': sys.path[0], 'name': __name__,\n"
     "    'cwd': os.getcwd(), 'mark': os.environ.get('ZYGOTE_TEST_MARK'),\n"
-    "    'program': sys.orig_argv[1:]}))\n"
+    "    'program': sys.orig_argv[1:],\n"
+    "    'proc': open('/proc/self/cmdline', 'rb').read().decode().split('\\0')[1:],\n"
+    "    'proc_mark': 'ZYGOTE_TEST_MARK=x' in open('/proc/self/environ', 'rb').read().decode()}))\n"
     "print('to stderr', file=sys.stderr)\n"
     "sys.exit(int(sys.argv[-1]))\n"
 )
@@ -54,6 +56,54 @@ def test_a_forked_command_is_the_command_run_by_an_interpreter(tmp_path, form):
         real.stderr,
     )
     assert real.returncode == 3 and '"mark": "x"' in real.stdout
+    assert '"proc_mark": true' in real.stdout  # /proc/<pid>/environ, and cmdline: the command's
+
+
+SERVER = """\
+import multiprocessing, os, sys
+
+
+def probe(_):  # in a worker forked by the forkserver: what it came from, what its server shows
+    server = os.getppid()
+    return (
+        "torch" in sys.modules,  # this program never imports it: the zygote did
+        open(f"/proc/{server}/cmdline", "rb").read(),
+        b"ZYGOTE_TEST_MARK=x" in open(f"/proc/{server}/environ", "rb").read(),
+    )
+
+
+if __name__ == "__main__":
+    ctx = multiprocessing.get_context("forkserver")
+    ctx.set_forkserver_preload(["__main__"])
+    print("unwritten", end="")  # a server forked with it buffered would have its workers repeat it
+    with ctx.Pool(1) as pool:
+        print(repr(pool.map(probe, [0])[0]))
+"""
+
+
+@pytest.mark.parametrize("forked", [True, False])
+def test_a_forked_commands_forkserver_is_forked_and_shows_what_an_execd_one_does(
+    tmp_path, monkeypatch, forked
+):
+    """The forkserver run.py starts for its workers: forked from a forked command (its torch
+    not imported again), shown in /proc as an exec'd one (its command line, the command's
+    environment: what tests/catalogue.py and tests/test_faults.py find workers by)."""
+    (tmp_path / "server.py").write_text(SERVER)
+    monkeypatch.setenv("COMMSGD_TEST_ZYGOTE", "1" if forked else "0")
+    proc = zygote.run(
+        [str(tmp_path / "server.py")],
+        cwd=tmp_path,
+        env=child_env({"ZYGOTE_TEST_MARK": "x"}),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr
+    said = eval(proc.stdout.removeprefix("unwritten"))  # noqa: S307 - the probe's own repr
+    assert said[0] is forked  # the cause: torch, imported by the zygote, came with the fork
+    assert b"\0-c\0from multiprocessing.forkserver import main; main(" in said[1]
+    assert said[2] is True
+    assert proc.stdout.count("unwritten") == 1
 
 
 def test_an_uncaught_exception_is_reported_as_by_an_interpreter(tmp_path):

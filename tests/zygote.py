@@ -38,6 +38,7 @@ import atexit
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -91,6 +92,8 @@ def _run_command(request: dict, fds: list[int]) -> None:
         signal.signal(sig, signal.SIG_IGN)
     argv = request["argv"]  # without the executable: ["run.py", ...], ["-m", NAME, ...]
     sys.orig_argv = [sys.executable, *argv]
+    _show_as(sys.orig_argv, request["env"])  # else the zygote's (a test that finds it by them
+    _fork_forkservers()  # would not): where the kernel refuses, they stay the zygote's
     code: int | None = 0
     try:
         _run_program(argv)
@@ -108,6 +111,137 @@ def _run_command(request: dict, fds: list[int]) -> None:
         traceback.print_exception(type(e), e, tb)
         code = None if isinstance(e, KeyboardInterrupt) else 1
     _exit(code)
+
+
+def _fork_forkservers() -> None:
+    """In the forked command: multiprocessing's forkserver (which run.py starts for its
+    workers, experiments/workers/startup.py) forked from this process instead of an `exec` of
+    a new interpreter that imports torch and the suite again (~1.65 CPU-s a run.py,
+    docs/tests.md). The server then is what an exec'd one is once it has imported `PRELOAD`:
+    a single-threaded child of the command holding only the descriptors it is passed and the
+    standard streams, the command's signal mask (the stop signals blocked by `warm`), its
+    caught signals back to their defaults (ignored ones stay ignored, as across an `exec`),
+    multiprocessing's own state (its forkserver and resource tracker) as in a new process, and
+    the command line and environment an exec'd server shows in `/proc/<pid>/cmdline` and
+    `environ` (which its workers inherit, and which the tests read to find them: the
+    catalogue's marker, "forkserver"). Where the kernel refuses to set those (`PR_SET_MM`
+    needs CAP_SYS_RESOURCE) the server is exec'd, as is any other program the command starts
+    through `spawnv_passfds` (the resource tracker: no torch), and every server where the
+    command's environment sets `COMMSGD_TEST_FORKED_SERVER=0` (tests/zygote_cost.py compares)."""
+    from multiprocessing import util
+
+    if os.environ.get("COMMSGD_TEST_FORKED_SERVER", "1") == "0":
+        return
+
+    spawn = util.spawnv_passfds
+
+    def spawnv_passfds(path, args, passfds):
+        code = args[-1] if len(args) >= 2 and args[-2] == "-c" else ""
+        if not code.startswith("from multiprocessing.forkserver import main"):
+            return spawn(path, args, passfds)
+        for stream in (sys.stdout, sys.stderr):  # else the server's workers would write the
+            try:  # command's unwritten output again
+                stream.flush()
+            except (OSError, ValueError):
+                pass
+        ready_r, ready_w = os.pipe()
+        pid = os.fork()
+        if pid == 0:
+            os.close(ready_r)
+            _become_server(path, args, code, {0, 1, 2, *map(int, passfds)}, ready_w)
+        os.close(ready_w)
+        with os.fdopen(ready_r, "rb") as ready:
+            said = ready.read()
+        if said == b"ok":
+            return pid
+        os.waitpid(pid, 0)  # the kernel kept the zygote's command line: exec'd instead
+        return spawn(path, args, passfds)
+
+    util.spawnv_passfds = spawnv_passfds
+
+
+_PROC_STRINGS: list = []  # the buffers /proc/<pid>/cmdline and environ now show (kept alive)
+
+
+def _show_as(args: list[str], env: dict[str, str]) -> bool:
+    """Make `/proc/self/cmdline` and `/proc/self/environ` show `args` and `env`, as after an
+    `exec` of them (what the tests that look for processes read: the catalogue's marker,
+    "run.py", "forkserver"); whether the kernel allowed it. By prctl PR_SET_MM_MAP, which
+    needs no privilege (PR_SET_MM's single fields need CAP_SYS_RESOURCE): the process's other
+    addresses as /proc/self/stat gives them, unchanged."""
+    import ctypes
+
+    class MmMap(ctypes.Structure):  # struct prctl_mm_map, linux/prctl.h
+        _fields_ = [
+            *((name, ctypes.c_uint64) for name in (
+                "start_code", "end_code", "start_data", "end_data", "start_brk", "brk",
+                "start_stack", "arg_start", "arg_end", "env_start", "env_end",
+            )),
+            ("auxv", ctypes.c_void_p), ("auxv_size", ctypes.c_uint32), ("exe_fd", ctypes.c_uint32),
+        ]  # fmt: skip
+
+    libc = ctypes.CDLL("libc.so.6", use_errno=True)
+    libc.sbrk.restype = ctypes.c_void_p
+    try:
+        with open("/proc/self/stat") as f:
+            fields = f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return False
+    field = lambda n: int(fields[n - 3])  # noqa: E731 - proc(5)'s numbering: the 3rd follows ")"
+    strings = []
+    for items in (args, [f"{k}={v}" for k, v in env.items()]):
+        data = b"".join(os.fsencode(x) + b"\0" for x in items)
+        buffer = ctypes.create_string_buffer(data, len(data))
+        _PROC_STRINGS.append(buffer)
+        strings.append((ctypes.addressof(buffer), ctypes.addressof(buffer) + len(data)))
+    (arg_start, arg_end), (env_start, env_end) = strings
+    mm = MmMap(
+        start_code=field(26), end_code=field(27), start_data=field(45), end_data=field(46),
+        start_brk=field(47), brk=libc.sbrk(0), start_stack=field(28), arg_start=arg_start,
+        arg_end=arg_end, env_start=env_start, env_end=env_end, auxv=None, auxv_size=0,
+        exe_fd=0xFFFFFFFF,  # -1: the executable unchanged
+    )  # fmt: skip
+    PR_SET_MM, PR_SET_MM_MAP = 35, 14  # noqa: N806
+    return libc.prctl(PR_SET_MM, PR_SET_MM_MAP, ctypes.byref(mm), ctypes.sizeof(mm), 0) == 0
+
+
+def _become_server(path: str, args: list[str], code: str, keep: set[int], ready: int) -> None:
+    """In the forked forkserver (`_fork_forkservers`): run multiprocessing's server `code`,
+    after saying over `ready` whether this process shows the exec'd server's command line;
+    never returns."""
+    import multiprocessing.forkserver
+    import multiprocessing.resource_tracker
+
+    shown = _show_as(list(args), dict(os.environ))
+    os.write(ready, b"ok" if shown else b"no")
+    os.close(ready)
+    if not shown:
+        os._exit(0)
+    status = 0
+    try:
+        for fd in map(int, os.listdir("/proc/self/fd")):
+            if fd not in keep:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        for sig in signal.valid_signals():
+            try:
+                if signal.getsignal(sig) not in (signal.SIG_IGN, signal.SIG_DFL, None):
+                    signal.signal(sig, signal.SIG_DFL)
+            except (OSError, ValueError):
+                pass
+        multiprocessing.forkserver._forkserver.__init__()
+        multiprocessing.resource_tracker._resource_tracker.__init__()
+        sys.argv = ["-c"]
+        sys.orig_argv = list(args)
+        exec(compile(code, "<string>", "exec"), {"__name__": "__main__"})
+    except SystemExit as e:  # the server's end: its clients gone
+        status = e.code if isinstance(e.code, int) else 0
+    except BaseException:
+        traceback.print_exc()
+        status = 1
+    os._exit(status)
 
 
 def _exit(code: int | None) -> None:
@@ -216,9 +350,7 @@ class _Zygote:
         if self.proc.poll() is None:
             self.proc.kill()
             self.proc.wait()
-        for name in os.listdir(self.folder):
-            os.unlink(os.path.join(self.folder, name))
-        os.rmdir(self.folder)
+        shutil.rmtree(self.folder, ignore_errors=True)
 
 
 _ZYGOTE: _Zygote | None = None
