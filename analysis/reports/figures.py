@@ -123,6 +123,7 @@ def curves_figure(
                     continue
                 ax = axes[r, c]
                 rows_here = _in_panel(data, panel, layout)
+                rows_here = rows_here[_drawn(rows_here, units, x, y)]  # (as in `time_figure`)
                 for series in order:
                     part = rows_here[rows_here["_series"] == series]
                     if part.empty:
@@ -136,6 +137,12 @@ def curves_figure(
         _title(fig, data, layout)
         _legend(fig, order, palette, dashes, _seeds_note(counts), fig.get_figwidth())
     return fig
+
+
+def _drawn(rows: pd.DataFrame, units: str, x: str, y: str) -> list[str]:
+    """The columns a panel's curves read (`_draw_mean_and_band`, `_draw_runs_and_mean`)."""
+    wanted = (units, "_series", x, y, "epoch", TIME)
+    return [c for c in dict.fromkeys(wanted) if c in rows.columns]
 
 
 def _draw_mean_and_band(
@@ -266,7 +273,9 @@ def time_figure(
             here = _in_panel(data, panel, layout)
             for c, metric in enumerate(metrics):
                 ax = axes[r, c]
-                rows_here = here[_finite(here[metric])]
+                # the columns drawn: a report's rows carry every config key, which each
+                # series' selection below would copy
+                rows_here = here.loc[_finite(here[metric]), _drawn(here, units, TIME, metric)]
                 for series in order:
                     part = rows_here[rows_here["_series"] == series]
                     if part.empty:

@@ -33,8 +33,11 @@ def run_convergence(metrics: pd.DataFrame, criterion: Criterion = CRITERION) -> 
     `warmup_epochs`) and the rows' `epoch`."""
     if metrics.empty or "run_dir" not in metrics.columns:
         return pd.Series(dtype=bool, index=pd.Index([], name="run_dir"))
-    order = [c for c in ("step", "epoch") if c in metrics.columns]
-    data = metrics.sort_values(order, kind="stable") if order else metrics
+    # only the columns the rule reads: a report's rows carry every config key (hundreds of
+    # columns), which made the per-run copies below most of the time
+    data = metrics[[c for c in metrics.columns if c in _READ]]
+    order = [c for c in ("step", "epoch") if c in data.columns]
+    data = data.sort_values(order, kind="stable") if order else data
     result = {}
     for run_dir, rows in data.groupby("run_dir", sort=False):
         status = rows["summary.status"].iloc[0] if "summary.status" in rows else "completed"
@@ -52,6 +55,10 @@ def run_convergence(metrics: pd.DataFrame, criterion: Criterion = CRITERION) -> 
     series = pd.Series(result, dtype=bool)
     series.index.name = "run_dir"
     return series
+
+
+_READ = {"run_dir", "summary.status", ACC, LOSS, LR, "step", "epoch", "epochs", "test/images"}
+_READ |= {"time/train_s", "lr_decay_at", "lr_decay", "warmup_epochs"}
 
 
 def _decays(rows: pd.DataFrame) -> list[int]:
