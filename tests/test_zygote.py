@@ -198,3 +198,27 @@ def test_a_command_whose_start_up_environment_differs_starts_a_real_interpreter(
 def test_every_command_starts_a_real_interpreter_where_the_zygote_is_turned_off(monkeypatch):
     monkeypatch.setenv("COMMSGD_TEST_ZYGOTE", "0")
     assert not zygote.forkable(["-c", "pass"], child_env())
+
+
+NESTED = """\
+import os, subprocess, sys
+
+child = [sys.executable, "-c", "import sys; print('torch' in sys.modules, sys.argv[1:])", "a"]
+done = subprocess.run(child, capture_output=True, text=True, timeout=120)
+print(done.returncode, done.stdout.strip())
+# a start that asks for more than a fork can give (a preexec_fn): a real interpreter
+done = subprocess.run(child, capture_output=True, text=True, timeout=120, preexec_fn=os.getpid)
+print(done.returncode, done.stdout.strip())
+with subprocess.Popen(child, stdout=subprocess.PIPE, stderr=subprocess.STDOUT) as proc:
+    print(proc.stdout.read().decode().strip(), proc.wait())
+"""
+
+
+def test_a_forked_commands_own_python_commands_are_forked_where_they_may_be(tmp_path):
+    """What a forked command starts with `subprocess` (the benchmarks' `python run.py`): forked
+    from the zygote too (torch already imported: the cause), with the output, argv and exit
+    status a real interpreter gives; a start with a `preexec_fn` gets a real interpreter."""
+    real, forked = both(["-c", NESTED], tmp_path, child_env())
+    assert real.returncode == forked.returncode == 0, forked.stderr
+    assert real.stdout.splitlines() == ["0 False ['a']", "0 False ['a']", "False ['a'] 0"]
+    assert forked.stdout.splitlines() == ["0 True ['a']", "0 False ['a']", "True ['a'] 0"]

@@ -19,8 +19,12 @@ allocator, the thread pools', locale); every other command, and every command wh
 `COMMSGD_TEST_ZYGOTE=0`, starts a real interpreter. Tests of what an interpreter does at
 start-up (torch not imported: tests/test_torch_free.py; the allocator's settings:
 tests/test_allocator.py) start real interpreters themselves. `/proc/<pid>/cmdline` and
-`/proc/<pid>/environ` of a forked command are the zygote's (the kernel keeps the first ones);
-its children, started by `exec`, have their own.
+`/proc/<pid>/environ` of a forked command show the command's (`_show_as`).
+
+What a forked command starts is forked too, where it may be: the forkserver run.py starts for
+its workers, from the command (`_fork_forkservers`), and the Python programs it starts with
+`subprocess`, from the zygote under the same rules as a test's own (`_fork_nested`);
+`COMMSGD_TEST_FORK_CHILDREN=0` in its environment execs them (tests/zygote_cost.py compares).
 
 Each forked command has a waiter: the zygote forks the waiter, the waiter forks the command
 and reports its pid and then its exit status over the request's socket, so that the zygote
@@ -94,6 +98,7 @@ def _run_command(request: dict, fds: list[int]) -> None:
     sys.orig_argv = [sys.executable, *argv]
     _show_as(sys.orig_argv, request["env"])  # else the zygote's (a test that finds it by them
     _fork_forkservers()  # would not): where the kernel refuses, they stay the zygote's
+    _fork_nested(request["zygote"])
     code: int | None = 0
     try:
         _run_program(argv)
@@ -127,10 +132,10 @@ def _fork_forkservers() -> None:
     catalogue's marker, "forkserver"). Where the kernel refuses to set those (`PR_SET_MM`
     needs CAP_SYS_RESOURCE) the server is exec'd, as is any other program the command starts
     through `spawnv_passfds` (the resource tracker: no torch), and every server where the
-    command's environment sets `COMMSGD_TEST_FORKED_SERVER=0` (tests/zygote_cost.py compares)."""
+    command's environment sets `COMMSGD_TEST_FORK_CHILDREN=0` (tests/zygote_cost.py compares)."""
     from multiprocessing import util
 
-    if os.environ.get("COMMSGD_TEST_FORKED_SERVER", "1") == "0":
+    if os.environ.get(FORK_CHILDREN, "1") == "0":
         return
 
     spawn = util.spawnv_passfds
@@ -158,6 +163,68 @@ def _fork_forkservers() -> None:
         return spawn(path, args, passfds)
 
     util.spawnv_passfds = spawnv_passfds
+
+
+#: =0 in a command's environment: its forkserver and its Python commands are exec'd, not forked
+FORK_CHILDREN = "COMMSGD_TEST_FORK_CHILDREN"
+#: What a command may pass `subprocess.Popen` and still be forked (`_fork_nested`).
+NESTED_KWARGS = {"cwd", "env", "stdin", "stdout", "stderr", "text", "universal_newlines",
+                 "start_new_session", "close_fds"}  # fmt: skip
+
+
+def _fork_nested(zygote: tuple[str, dict[str, str]]) -> None:
+    """In the forked command: the Python programs it starts itself with `subprocess` (the
+    benchmarks' `python run.py`, a sweep's) forked from the same zygote too, where they may be:
+    `[sys.executable, program...]` as `forkable` takes it, an environment that agrees with the
+    zygote's on what an interpreter reads at start-up, no standard input of their own (the
+    command's is /dev/null), and nothing but NESTED_KWARGS (`stderr=STDOUT` included). A start
+    with anything else (a `preexec_fn`, as experiments/sweep.py's that makes a run die with its
+    sweep; `pass_fds`; an encoding) starts a real interpreter, as before. A forked program is a
+    child of the zygote's waiter, not of the command: what the command reads of it (pid, exit
+    status, output, signals sent) is the same. `COMMSGD_TEST_FORK_CHILDREN=0` in the command's
+    environment: none is (tests/zygote_cost.py compares)."""
+    if os.environ.get(FORK_CHILDREN, "1") == "0":
+        return
+    path, start_env = zygote
+    real = subprocess.Popen
+
+    class Popen(real):
+        def __new__(cls, args, *more, **kwargs):
+            argv = _nested_argv(args, more, kwargs, start_env)
+            if argv is None:
+                return super().__new__(cls)
+            return Forked(
+                argv,
+                cwd=kwargs.get("cwd") or os.getcwd(),
+                env=dict(os.environ if kwargs.get("env") is None else kwargs["env"]),
+                stdout=kwargs.get("stdout"),
+                stderr=kwargs.get("stderr"),
+                text=bool(kwargs.get("text") or kwargs.get("universal_newlines")),
+                start_new_session=bool(kwargs.get("start_new_session")),
+                zygote=zygote,
+            )
+
+    subprocess.Popen = Popen
+
+
+def _nested_argv(args, more: tuple, kwargs: dict, start_env: dict[str, str]) -> list[str] | None:
+    """The program of a `subprocess.Popen(args, *more, **kwargs)` that `_fork_nested` forks
+    (argv without the executable), or None."""
+    if more or not isinstance(args, list | tuple) or not set(kwargs) <= NESTED_KWARGS:
+        return None
+    if kwargs.get("stdin") not in (None, subprocess.DEVNULL) or kwargs.get("close_fds") is False:
+        return None
+    if not args or os.fspath(args[0]) not in (sys.executable, os.path.realpath(sys.executable)):
+        return None
+    argv = [os.fspath(a) for a in args[1:]]
+    if not argv or (argv[0] in ("-m", "-c") and len(argv) < 2):
+        return None
+    if argv[0] not in ("-m", "-c") and (argv[0].startswith("-") or not argv[0].endswith(".py")):
+        return None
+    env = os.environ if kwargs.get("env") is None else kwargs["env"]
+    if os.environ.get("COMMSGD_TEST_ZYGOTE", "1") == "0" or _start_env(dict(env)) != start_env:
+        return None
+    return argv
 
 
 _PROC_STRINGS: list = []  # the buffers /proc/<pid>/cmdline and environ now show (kept alive)
@@ -423,6 +490,7 @@ class Forked:
         stderr=None,
         text: bool = False,
         start_new_session: bool = False,
+        zygote: tuple[str, dict[str, str]] | None = None,
     ) -> None:
         self.args = [sys.executable, *argv]
         self.returncode: int | None = None
@@ -440,6 +508,8 @@ class Forked:
                 setattr(self, which, os.fdopen(read, "r" if text else "rb"))
             elif target is None:
                 ends.append(1 if which == "stdout" else 2)
+            elif target == subprocess.STDOUT and which == "stderr":
+                ends.append(ends[1])
             else:
                 ends.append(target if isinstance(target, int) else target.fileno())
         request = {
@@ -451,10 +521,13 @@ class Forked:
         }
         self._conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
-            zygote = _zygote()
-            if zygote is None:
-                raise RuntimeError(f"no zygote to fork {argv} from (see `forkable`)")
-            self._conn.connect(zygote.path)
+            if zygote is None:  # in a test process: its zygote
+                started = _zygote()
+                if started is None:
+                    raise RuntimeError(f"no zygote to fork {argv} from (see `forkable`)")
+                zygote = (started.path, _start_env(started.env))
+            request["zygote"] = zygote  # for the commands this one starts (`_fork_nested`)
+            self._conn.connect(zygote[0])
             socket.send_fds(self._conn, [json.dumps(request).encode()], ends)
         finally:
             for fd in close:
