@@ -119,20 +119,21 @@ def _run_command(request: dict, fds: list[int]) -> None:
 
 
 def _fork_forkservers() -> None:
-    """In the forked command: multiprocessing's forkserver (which run.py starts for its
-    workers, experiments/workers/startup.py) forked from this process instead of an `exec` of
-    a new interpreter that imports torch and the suite again (~1.65 CPU-s a run.py,
-    docs/tests.md). The server then is what an exec'd one is once it has imported `PRELOAD`:
-    a single-threaded child of the command holding only the descriptors it is passed and the
-    standard streams, the command's signal mask (the stop signals blocked by `warm`), its
-    caught signals back to their defaults (ignored ones stay ignored, as across an `exec`),
-    multiprocessing's own state (its forkserver and resource tracker) as in a new process, and
-    the command line and environment an exec'd server shows in `/proc/<pid>/cmdline` and
-    `environ` (which its workers inherit, and which the tests read to find them: the
-    catalogue's marker, "forkserver"). Where the kernel refuses to set those (`PR_SET_MM`
-    needs CAP_SYS_RESOURCE) the server is exec'd, as is any other program the command starts
-    through `spawnv_passfds` (the resource tracker: no torch), and every server where the
-    command's environment sets `COMMSGD_TEST_FORK_CHILDREN=0` (tests/zygote_cost.py compares)."""
+    """In the forked command: multiprocessing's forkserver (which run.py starts for its workers,
+    experiments/workers/startup.py) forked from this process instead of an `exec` of a new
+    interpreter that imports torch and the suite again (2-4 CPU-s a run.py that starts workers:
+    tests/zygote_cost.py, docs/tests.md). The server then is what an exec'd one is once it has
+    imported `PRELOAD`: a single-threaded child of the command holding only the descriptors it
+    is passed and the standard streams, the command's signal mask (the stop signals blocked by
+    `warm`), its caught signals back to their defaults (ignored ones stay ignored, as across an
+    `exec`), multiprocessing's own state (its forkserver and resource tracker) as in a new
+    process, and the command line and environment an exec'd server shows in
+    `/proc/<pid>/cmdline` and `environ` (which its workers inherit, and which the tests read to
+    find them: the catalogue's marker, "forkserver"). Where the kernel refuses to set those
+    (`PR_SET_MM` needs CAP_SYS_RESOURCE) the server is exec'd, as is any other program the
+    command starts through `spawnv_passfds` (the resource tracker: no torch), and every server
+    where the command's environment sets `COMMSGD_TEST_FORK_CHILDREN=0` (tests/zygote_cost.py
+    compares)."""
     from multiprocessing import util
 
     if os.environ.get(FORK_CHILDREN, "1") == "0":
@@ -174,7 +175,7 @@ NESTED_KWARGS = {"cwd", "env", "stdin", "stdout", "stderr", "text", "universal_n
 
 def _fork_nested(zygote: tuple[str, dict[str, str]]) -> None:
     """In the forked command: the Python programs it starts itself with `subprocess` (the
-    benchmarks' `python run.py`, a sweep's) forked from the same zygote too, where they may be:
+    benchmarks' `python run.py`) forked from the same zygote too, where they may be:
     `[sys.executable, program...]` as `forkable` takes it, an environment that agrees with the
     zygote's on what an interpreter reads at start-up, no standard input of their own (the
     command's is /dev/null), and nothing but NESTED_KWARGS (`stderr=STDOUT` included). A start
