@@ -450,6 +450,14 @@ def _zygote() -> _Zygote | None:
         return _ZYGOTE
 
 
+def helper_pid() -> int | None:
+    """The pid of this test process's zygote while it runs (a helper of the test process that
+    outlives each command, as xdist's own: a test that looks for processes left behind by a
+    command leaves it out), else None."""
+    running = _ZYGOTE
+    return running.proc.pid if running is not None and running.proc.poll() is None else None
+
+
 def forkable(argv: list[str], env: dict[str, str] | None) -> bool:
     """May `sys.executable *argv` with `env` be forked from the zygote (see the module's
     docstring)? Only a program (`X.py`, `-m NAME`, `-c CODE`), no interpreter option, an
