@@ -130,7 +130,7 @@ def _fork_forkservers() -> None:
     process, and the command line and environment an exec'd server shows in
     `/proc/<pid>/cmdline` and `environ` (which its workers inherit, and which the tests read to
     find them: the catalogue's marker, "forkserver"). Where the kernel refuses to set those
-    (`PR_SET_MM` needs CAP_SYS_RESOURCE) the server is exec'd, as is any other program the
+    (`_show_as`: a kernel without PR_SET_MM_MAP) the server is exec'd, as is any other program the
     command starts through `spawnv_passfds` (the resource tracker: no torch), and every server
     where the command's environment sets `COMMSGD_TEST_FORK_CHILDREN=0` (tests/zygote_cost.py
     compares)."""
