@@ -97,8 +97,9 @@ def _run_command(request: dict, fds: list[int]) -> None:
     argv = request["argv"]  # without the executable: ["run.py", ...], ["-m", NAME, ...]
     sys.orig_argv = [sys.executable, *argv]
     _show_as(sys.orig_argv, request["env"])  # else the zygote's (a test that finds it by them
-    _fork_forkservers()  # would not): where the kernel refuses, they stay the zygote's
-    _fork_nested(request["zygote"])
+    if request["env"].get(FORK_CHILDREN, "1") != "0":  # would not): where the kernel refuses,
+        _fork_forkservers()  # they stay the zygote's
+        _fork_nested(request["zygote"])
     code: int | None = 0
     try:
         _run_program(argv)
@@ -133,11 +134,8 @@ def _fork_forkservers() -> None:
     (`_show_as`: a kernel without PR_SET_MM_MAP) the server is exec'd, as is any other program the
     command starts through `spawnv_passfds` (the resource tracker: no torch), and every server
     where the command's environment sets `COMMSGD_TEST_FORK_CHILDREN=0` (tests/zygote_cost.py
-    compares)."""
+    compares; `_run_command` reads it)."""
     from multiprocessing import util
-
-    if os.environ.get(FORK_CHILDREN, "1") == "0":
-        return
 
     spawn = util.spawnv_passfds
 
@@ -183,13 +181,10 @@ def _fork_nested(zygote: tuple[str, dict[str, str]]) -> None:
     sweep; `pass_fds`; an encoding) starts a real interpreter, as before. A forked program is a
     child of the zygote's waiter, not of the command: what the command reads of it (pid, exit
     status, output, signals sent) is the same. `COMMSGD_TEST_FORK_CHILDREN=0` in the command's
-    environment: none is (tests/zygote_cost.py compares)."""
-    if os.environ.get(FORK_CHILDREN, "1") == "0":
-        return
-    path, start_env = zygote
-    real = subprocess.Popen
+    environment: none is (tests/zygote_cost.py compares; `_run_command` reads it)."""
+    start_env = zygote[1]  # (its socket, its start-up environment)
 
-    class Popen(real):
+    class Popen(subprocess.Popen):
         def __new__(cls, args, *more, **kwargs):
             argv = _nested_argv(args, more, kwargs, start_env)
             if argv is None:
@@ -218,14 +213,8 @@ def _nested_argv(args, more: tuple, kwargs: dict, start_env: dict[str, str]) -> 
     if not args or os.fspath(args[0]) not in (sys.executable, os.path.realpath(sys.executable)):
         return None
     argv = [os.fspath(a) for a in args[1:]]
-    if not argv or (argv[0] in ("-m", "-c") and len(argv) < 2):
-        return None
-    if argv[0] not in ("-m", "-c") and (argv[0].startswith("-") or not argv[0].endswith(".py")):
-        return None
     env = os.environ if kwargs.get("env") is None else kwargs["env"]
-    if os.environ.get("COMMSGD_TEST_ZYGOTE", "1") == "0" or _start_env(dict(env)) != start_env:
-        return None
-    return argv
+    return argv if _program(argv) and _start_env(dict(env)) == start_env else None
 
 
 _PROC_STRINGS: list = []  # the buffers /proc/<pid>/cmdline and environ now show (kept alive)
@@ -458,16 +447,22 @@ def helper_pid() -> int | None:
     return running.proc.pid if running is not None and running.proc.poll() is None else None
 
 
-def forkable(argv: list[str], env: dict[str, str] | None) -> bool:
-    """May `sys.executable *argv` with `env` be forked from the zygote (see the module's
-    docstring)? Only a program (`X.py`, `-m NAME`, `-c CODE`), no interpreter option, an
-    environment that agrees with the zygote's on what an interpreter reads at start-up."""
+def _program(argv: list[str]) -> bool:
+    """Whether `sys.executable *argv` is a program a zygote may fork (`forkable`,
+    `_nested_argv`): `X.py`, `-m NAME` or `-c CODE` with its arguments, no interpreter option;
+    and the zygote is not turned off (`COMMSGD_TEST_ZYGOTE=0`)."""
     if os.environ.get("COMMSGD_TEST_ZYGOTE", "1") == "0" or not argv:
         return False
     if argv[0] in ("-m", "-c"):
-        if len(argv) < 2:
-            return False
-    elif argv[0].startswith("-") or not argv[0].endswith(".py"):
+        return len(argv) >= 2
+    return not argv[0].startswith("-") and argv[0].endswith(".py")
+
+
+def forkable(argv: list[str], env: dict[str, str] | None) -> bool:
+    """May `sys.executable *argv` with `env` be forked from the zygote (see the module's
+    docstring)? Only a program (`_program`), an environment that agrees with the zygote's on
+    what an interpreter reads at start-up."""
+    if not _program(argv):
         return False
     from tests.cli import child_env
 
