@@ -7,12 +7,12 @@ deep copies), and the quick tests composed 718 times, 173 of them a command line
 before in the same process (tests/test_config.py and tests/test_schema.py each compose every
 group option, test_paper_presets every preset several times): a third of the quick tests' time
 was composition. A cached result is the same config: the key is the command line, the conf
-directory and the size and modification time of every file in it (a test that edits a copied
-conf/ composes afresh), and, for the Hydra config, the working directory it records. Each call
-gets its own deep copy, made before anything was resolved (resolvers such as `tuned_lr` run
-when the copy is read). A command line that does not compose raises each time (not cached).
-run.py's own composition (tests/cli.py `run_py_here`) is not cached: that is Hydra's, as a
-user's command runs it.
+directory and the bytes of every file in it (analysis/runs/grid.py `conf_state`: a test that
+edits a copied conf/ composes afresh), and, for the Hydra config, the working directory it
+records. Each call gets its own deep copy, made before anything was resolved (resolvers such as
+`tuned_lr` run when the copy is read). A command line that does not compose raises each time
+(not cached). run.py's own composition (tests/cli.py `run_py_here`) is not cached: that is
+Hydra's, as a user's command runs it.
 """
 
 from __future__ import annotations
@@ -23,27 +23,18 @@ from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf
 
+from analysis.runs.grid import conf_state
+
 CONF = Path(__file__).resolve().parents[1] / "conf"
 
 _COMPOSED: dict[tuple, DictConfig] = {}
-
-
-def _state(conf: Path) -> tuple:
-    """What a composition reads from `conf`: every file's path, size and mtime."""
-    return tuple(
-        sorted(
-            (str(p.relative_to(conf)), st.st_size, st.st_mtime_ns)
-            for p in conf.rglob("*")
-            if p.is_file() and (st := p.stat())
-        )
-    )
 
 
 def composed(*overrides: str, conf: Path | str = CONF, hydra: bool = False) -> DictConfig:
     """`compose("config", overrides)` under `conf` (with the `hydra` node when `hydra`): a
     copy of this process's composition of the same command line and conf/."""
     conf = Path(conf)
-    key = (str(conf), _state(conf), overrides, hydra, os.getcwd() if hydra else None)
+    key = (str(conf), conf_state(conf), overrides, hydra, os.getcwd() if hydra else None)
     if key not in _COMPOSED:
         from hydra import compose, initialize_config_dir
 

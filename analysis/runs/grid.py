@@ -14,6 +14,7 @@ values, whatever YAML or Hydra made of their types.
 
 from __future__ import annotations
 
+import hashlib
 import itertools
 import math
 import os
@@ -146,19 +147,58 @@ def _base_overrides(experiment: str, scale: str | None) -> list[str]:
     return [f"experiment={experiment}"] + ([f"scale={scale}"] if scale else [])
 
 
+# This process's compositions (see `_compose`): the key is the command line, the conf directory
+# and what it holds (`conf_state`), and for the Hydra node the working directory it records.
+_COMPOSED: dict[tuple, Any] = {}
+
+
+def conf_state(conf_dir: Path) -> tuple:
+    """What a composition reads from `conf_dir`: every file's path and a digest of its bytes (a
+    conf/ edited between two compositions composes afresh; by content, not by size and time,
+    which a rewrite within the clock's tick can keep: ~2 ms for conf/'s hundred files)."""
+    return tuple(
+        sorted(
+            (str(p.relative_to(conf_dir)), hashlib.blake2b(p.read_bytes()).digest())
+            for p in conf_dir.rglob("*")
+            if p.is_file()
+        )
+    )
+
+
 def _compose(conf_dir: Path, overrides: list[str], with_hydra: bool) -> Any:
+    """Hydra's `compose("config", overrides)` under `conf_dir`: a copy of this process's
+    composition of the same command line and conf/ when there is one. Cached by hand because
+    Hydra composes afresh every call (~0.1 s idle: its defaults list, YAML, merges), and a
+    report composes its preset and each grid point; a process that reports repeatedly (the
+    robustness and replication commands, the tests) composed the same lines again and again.
+    The copy is made before anything is resolved (resolvers such as `tuned_lr` run when it is
+    read); a command line that does not compose raises each time (not cached)."""
+    import copy
+
     from hydra import compose, initialize_config_dir
     from omegaconf import OmegaConf
 
     # conf/config.yaml names run dirs through run.py's resolver; composing only needs it to exist.
     if not OmegaConf.has_resolver("run_name"):
         OmegaConf.register_new_resolver("run_name", lambda s: s or "default")
-    try:
-        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-            return compose("config", overrides=overrides, return_hydra_config=with_hydra)
-    except Exception as error:  # Hydra's errors carry their cause on the first line
-        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
-        raise UserError(f"cannot compose {' '.join(overrides)}: {first}") from error
+    key = (
+        str(conf_dir),
+        conf_state(conf_dir),
+        tuple(overrides),
+        with_hydra,
+        os.getcwd() if with_hydra else None,
+    )
+    if key not in _COMPOSED:
+        try:
+            with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+                _COMPOSED[key] = compose(
+                    "config", overrides=list(overrides), return_hydra_config=with_hydra
+                )
+        except Exception as error:  # Hydra's errors carry their cause on the first line
+            text = str(error).strip()
+            first = text.splitlines()[0] if text else type(error).__name__
+            raise UserError(f"cannot compose {' '.join(overrides)}: {first}") from error
+    return copy.deepcopy(_COMPOSED[key])
 
 
 def grid_column(key: str, groups: Iterable[str] = GROUPS) -> str:
