@@ -29,9 +29,9 @@ its workers, from the command (`_fork_forkservers`), and the Python programs it 
 Each forked command has a waiter: the zygote forks the waiter, the waiter forks the command
 and reports its pid and then its exit status over the request's socket, so that the zygote
 never waits and a command's parent lives exactly as long as the command. The zygote imports
-but runs nothing; the one thread besides its main one is OpenBLAS's (numpy's, started at
-import, with its own fork handlers), as in the suite's own forkserver, which forks the workers
-from the same state (experiments/workers/startup.py). A forked command ends without the
+but runs nothing; the threads besides its main one are OpenBLAS's (numpy's and scipy's, started
+at import, each with its own fork handlers), as in the suite's own forkserver, which forks the
+workers from numpy's (experiments/workers/startup.py). A forked command ends without the
 interpreter's teardown of its modules (`_exit`: the threads, atexit handlers and streams as an
 interpreter ends): the zygote's modules are not the command's to free.
 """
@@ -60,9 +60,12 @@ REPO = Path(__file__).resolve().parents[1]
 START_PREFIXES = (
     "PYTHON", "MALLOC_", "LD_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "TORCH_",
     "PYTORCH_", "ATEN_", "ONEDNN_", "DNNL_", "CUDA", "LC_", "LANG", "COMMSGD_TEST_ZYGOTE",
+    "SCIPY_",
 )  # fmt: skip
-PRELOAD = ("torch", "torchvision", "numpy", "hydra", "omegaconf")  # third-party only: the
-# suite's own modules read the environment as they import, which must be the command's
+# Third-party only: the suite's own modules read the environment as they import, which must be
+# the command's. pandas and scipy.stats for the analysis commands (report, recompute, verify,
+# tune_preset, replicate: ~1.1 CPU-s of imports each on top of torch's, measured loaded).
+PRELOAD = ("torch", "torchvision", "numpy", "hydra", "omegaconf", "pandas", "scipy.stats")
 
 
 def _start_env(env: dict[str, str]) -> dict[str, str]:
