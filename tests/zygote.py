@@ -60,12 +60,16 @@ REPO = Path(__file__).resolve().parents[1]
 START_PREFIXES = (
     "PYTHON", "MALLOC_", "LD_", "OMP_", "MKL_", "KMP_", "GOMP_", "OPENBLAS_", "TORCH_",
     "PYTORCH_", "ATEN_", "ONEDNN_", "DNNL_", "CUDA", "LC_", "LANG", "COMMSGD_TEST_ZYGOTE",
-    "SCIPY_",
+    "SCIPY_", "MPL", "MATPLOTLIBRC", "XDG_", "HOME",
 )  # fmt: skip
 # Third-party only: the suite's own modules read the environment as they import, which must be
-# the command's. pandas and scipy.stats for the analysis commands (report, recompute, verify,
-# tune_preset, replicate: ~1.1 CPU-s of imports each on top of torch's, measured loaded).
-PRELOAD = ("torch", "torchvision", "numpy", "hydra", "omegaconf", "pandas", "scipy.stats")
+# the command's. pandas, scipy.stats and matplotlib's figures for the analysis commands (report,
+# recompute, verify, tune_preset, replicate: ~1.6 CPU-s of imports each on top of torch's,
+# measured loaded; matplotlib reads its rc file and font cache where MPL*, XDG_* and HOME say).
+PRELOAD = (
+    "torch", "torchvision", "numpy", "hydra", "omegaconf", "pandas", "scipy.stats",
+    "matplotlib.figure", "matplotlib.backends.backend_agg",
+)  # fmt: skip
 
 
 def _start_env(env: dict[str, str]) -> dict[str, str]:
