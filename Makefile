@@ -213,6 +213,7 @@ report-check: $(STAMP)
 	$(call PUBLISH_CHECK,fig5)
 	$(call PUBLISH_CHECK,fig5,$(VERDICT_SCALE))
 	$(call PUBLISH_CHECK,low_comm)
+	$(call PUBLISH_CHECK,low_comm,$(VERDICT_SCALE))
 	$(call PUBLISH_CHECK,losp,$(VERDICT_SCALE))
 	$(call PUBLISH_CHECK,overlap_straggler,$(VERDICT_SCALE))
 	$(call PUBLISH_CHECK,pseudo_sync,$(VERDICT_SCALE))
@@ -220,7 +221,7 @@ report-check: $(STAMP)
 	$(call PUBLISH_CHECK,overlap_sync,$(VERDICT_SCALE))
 
 # Every committed result (the demo and the tables at SCALE, the verdicts' presets at VERDICT_SCALE, the
-# controls, table1, table2, fig4 and fig5 at both), then results/README.md: one row per claim of the seed papers, with its
+# controls, table1, table2, fig4, fig5 and low_comm at both), then results/README.md: one row per claim of the seed papers, with its
 # verdict (analysis/reports/verdict_page.py; with PUBLISH=1 or RESULTS=results the committed page).
 report: report-check controls demo table1 table2 figures losp overlap-straggler pseudo-sync pseudo-sync-speed overlap-sync ## Every preset (controls first), then the verdicts page $(OUT)/results/README.md (PUBLISH=1: results/README.md)
 	$(call VSWEEP,controls,$(SCALE))
@@ -229,6 +230,7 @@ report: report-check controls demo table1 table2 figures losp overlap-straggler 
 	$(call VSWEEP,fig4,$(VERDICT_SCALE))
 	$(call VSWEEP,fig5,$(VERDICT_SCALE))
 	$(call SWEEP,low_comm)
+	$(call VSWEEP,low_comm,$(VERDICT_SCALE))
 	$(PY) -m analysis.reports.verdict_page --results \
 		"$(if $(filter 1 yes true,$(PUBLISH)),results,$(if $(RESULTS),$(RESULTS),$(OUT)/results))"
 

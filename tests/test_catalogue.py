@@ -2241,6 +2241,8 @@ add(
             "fig4@fmnist",
             "fig5",
             "fig5@fmnist",
+            "low_comm",
+            "low_comm@fmnist",
             "losp@fmnist",
             "pseudo_sync",
         ),
