@@ -103,9 +103,11 @@ def _run_command(request: dict, fds: list[int]) -> None:
         signal.signal(sig, signal.SIG_IGN)
     argv = request["argv"]  # without the executable: ["run.py", ...], ["-m", NAME, ...]
     sys.orig_argv = [sys.executable, *argv]
-    _show_as(sys.orig_argv, request["env"])  # else the zygote's (a test that finds it by them
-    if request["env"].get(FORK_CHILDREN, "1") != "0":  # would not): where the kernel refuses,
-        _fork_forkservers()  # they stay the zygote's
+    # /proc shows the command's argv and environment, else the zygote's (a test that finds it by
+    # them would not): where the kernel refuses, they stay the zygote's
+    _show_as(sys.orig_argv, request["env"])
+    if request["env"].get(FORK_CHILDREN, "1") != "0":
+        _fork_forkservers()
         _fork_nested(request["zygote"])
     code: int | None = 0
     try:

@@ -18,7 +18,7 @@ import hashlib
 import itertools
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -147,7 +147,7 @@ def _base_overrides(experiment: str, scale: str | None) -> list[str]:
     return [f"experiment={experiment}"] + ([f"scale={scale}"] if scale else [])
 
 
-# This process's compositions (see `_compose`): the key is the command line, the conf directory
+# This process's compositions (see `composition`): the key is the command line, the conf directory
 # and what it holds (`conf_state`), and for the Hydra node the working directory it records.
 _COMPOSED: dict[tuple, Any] = {}
 
@@ -165,22 +165,19 @@ def conf_state(conf_dir: Path) -> tuple:
     )
 
 
-def _compose(conf_dir: Path, overrides: list[str], with_hydra: bool) -> Any:
+def composition(conf_dir: Path, overrides: Sequence[str], with_hydra: bool) -> Any:
     """Hydra's `compose("config", overrides)` under `conf_dir`: a copy of this process's
-    composition of the same command line and conf/ when there is one. Cached by hand because
-    Hydra composes afresh every call (~0.1 s idle: its defaults list, YAML, merges), and a
-    report composes its preset and each grid point; a process that reports repeatedly (the
-    robustness and replication commands, the tests) composed the same lines again and again.
-    The copy is made before anything is resolved (resolvers such as `tuned_lr` run when it is
-    read); a command line that does not compose raises each time (not cached)."""
+    composition of the same command line and conf/ when there is one (tests/compose.py reads
+    the same cache). Cached by hand because Hydra composes afresh every call (~0.1 s idle: its
+    defaults list, YAML, merges), and a report composes its preset and each grid point; a
+    process that reports repeatedly (the robustness and replication commands, the tests)
+    composed the same lines again and again. The copy is made before anything is resolved
+    (resolvers such as `tuned_lr` run when it is read); a command line that does not compose
+    raises Hydra's error each time (not cached)."""
     import copy
 
     from hydra import compose, initialize_config_dir
-    from omegaconf import OmegaConf
 
-    # conf/config.yaml names run dirs through run.py's resolver; composing only needs it to exist.
-    if not OmegaConf.has_resolver("run_name"):
-        OmegaConf.register_new_resolver("run_name", lambda s: s or "default")
     key = (
         str(conf_dir),
         conf_state(conf_dir),
@@ -189,16 +186,25 @@ def _compose(conf_dir: Path, overrides: list[str], with_hydra: bool) -> Any:
         os.getcwd() if with_hydra else None,
     )
     if key not in _COMPOSED:
-        try:
-            with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
-                _COMPOSED[key] = compose(
-                    "config", overrides=list(overrides), return_hydra_config=with_hydra
-                )
-        except Exception as error:  # Hydra's errors carry their cause on the first line
-            text = str(error).strip()
-            first = text.splitlines()[0] if text else type(error).__name__
-            raise UserError(f"cannot compose {' '.join(overrides)}: {first}") from error
+        with initialize_config_dir(config_dir=str(conf_dir), version_base="1.3"):
+            _COMPOSED[key] = compose(
+                "config", overrides=list(overrides), return_hydra_config=with_hydra
+            )
     return copy.deepcopy(_COMPOSED[key])
+
+
+def _compose(conf_dir: Path, overrides: list[str], with_hydra: bool) -> Any:
+    """`composition`, its failure one UserError line."""
+    from omegaconf import OmegaConf
+
+    # conf/config.yaml names run dirs through run.py's resolver; composing only needs it to exist.
+    if not OmegaConf.has_resolver("run_name"):
+        OmegaConf.register_new_resolver("run_name", lambda s: s or "default")
+    try:
+        return composition(conf_dir, overrides, with_hydra)
+    except Exception as error:  # Hydra's errors carry their cause on the first line
+        first = str(error).strip().splitlines()[0] if str(error).strip() else type(error).__name__
+        raise UserError(f"cannot compose {' '.join(overrides)}: {first}") from error
 
 
 def grid_column(key: str, groups: Iterable[str] = GROUPS) -> str:
